@@ -1,0 +1,31 @@
+#pragma once
+// The CPU backend's operations: the readable fp32 reference every faster backend is tested against.
+#include <cmath>
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace strata::cpu {
+
+float dot(const float* a, const float* b, int64_t n);
+
+// y[i, o] = Σ_k x[i, k] · w[o, k]  (torch's F.linear without bias). Parallel over output features.
+Mat linear(const Mat& x, const WeightRef& w);
+
+// In-place RMSNorm of every row: x · rsqrt(mean(x²) + eps) [· weight]. `weight` may be null (unweighted).
+void rms_norm_rows(Mat& x, const float* weight, double eps);
+void rms_norm(float* x, int64_t n, const float* weight, double eps);
+
+// Interleaved RoPE on `x[0 .. 2·half)`: pairs (x[2i], x[2i+1]) rotate by angle i, given cos/sin per pair.
+// `inverse` rotates by the negative angle (V4 undoes the rotation on the attention output).
+void rope_interleaved(float* x, int64_t half, const float* cos, const float* sin, bool inverse);
+
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+// torch.nn.functional.softplus with its default threshold 20 (linear above it).
+inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+// In-place softmax over n values (max-subtracted, fp32).
+void softmax(float* x, int64_t n);
+
+}  // namespace strata::cpu

@@ -1,0 +1,50 @@
+// The `strata` binary: one entry point, a subcommand per job.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(strata — a DeepSeek-V4 inference engine
+
+usage: strata <command> [options]
+
+commands:
+  generate   run a prompt through a model and print the generated token ids
+  model      inspect a checkpoint (model info) or write a random-weight one (model init)
+  version    print the version
+
+Run `strata <command> --help` for the options of a command, with an example.
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  try {
+    if (command == "generate") return strata::cli::generate_command(args);
+    if (command == "model") return strata::cli::model_command(args);
+    if (command == "version" || command == "--version") {
+      std::printf("strata %s\n", STRATA_VERSION);
+      return 0;
+    }
+    std::fprintf(stderr, "strata: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+    return 2;
+  } catch (const strata::Error& e) {
+    std::fprintf(stderr, "strata %s: error: %s\n", command.c_str(), e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata %s: internal error: %s\n", command.c_str(), e.what());
+    return 3;
+  }
+}

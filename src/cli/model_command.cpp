@@ -1,0 +1,92 @@
+// `strata model init|info`: write a random-weight checkpoint of a preset V4 shape, or describe a checkpoint.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "model/config.h"
+#include "model/deepseek_v4/model.h"
+#include "model/deepseek_v4/presets.h"
+#include "model/deepseek_v4/random_init.h"
+
+namespace strata::cli {
+
+namespace {
+
+constexpr const char* kInitHelp = R"(strata model init — write a random-weight DeepSeek-V4 checkpoint (config.json + model.safetensors,
+official tensor names). Every parameter is random, including sinks, position biases and tid2eid.
+
+options:
+  --preset NAME   tiny (tests: all layer types, hash + top-k MoE) or flash (V4-Flash layer shapes)
+  --out DIR       where to write (created if missing)
+  --layers N      number of layers (default: the preset's; the layer schedule repeats)
+  --seed S        random seed (default 0)
+  --dtype T       f32 or bf16 for the matrices (default f32 for tiny, bf16 for flash)
+
+example:
+  strata model init --preset tiny --seed 1 --out /tmp/tiny
+)";
+
+constexpr const char* kInfoHelp = R"(strata model info — load a checkpoint, check every tensor, and print its shape.
+
+options:
+  --model DIR     checkpoint directory (config.json + safetensors)
+
+example:
+  strata model info --model /tmp/tiny
+)";
+
+int init(const std::vector<std::string>& argv) {
+  const Args args(argv, {"preset", "out", "layers", "seed", "dtype"}, {"help"});
+  if (args.has("help")) {
+    std::fputs(kInitHelp, stdout);
+    return 0;
+  }
+  const std::string preset = args.required("preset");
+  const model::ModelConfig cfg = model::v4::preset_config(preset, args.integer("layers", 0));
+  const std::string dtype = args.str("dtype", preset == "flash" ? "bf16" : "f32");
+  if (dtype != "f32" && dtype != "bf16") fail("option --dtype: expected f32 or bf16, found '", dtype, "'");
+  const std::string out = args.required("out");
+  const int64_t seed = args.integer("seed", 0);
+  if (seed < 0) fail("option --seed: expected a non-negative integer, found ", seed);
+  model::v4::write_random_checkpoint(cfg, out, static_cast<uint64_t>(seed), dtype == "bf16" ? DType::BF16 : DType::F32);
+  std::printf("wrote %s (%s, %lld layers, seed %lld, %s)\n", out.c_str(), preset.c_str(),
+              static_cast<long long>(cfg.num_hidden_layers), static_cast<long long>(seed), dtype.c_str());
+  return 0;
+}
+
+int info(const std::vector<std::string>& argv) {
+  const Args args(argv, {"model"}, {"help"});
+  if (args.has("help")) {
+    std::fputs(kInfoHelp, stdout);
+    return 0;
+  }
+  const model::v4::Model m = model::v4::load_model(args.required("model"));
+  const model::ModelConfig& c = m.config();
+  std::printf("DeepSeek-V4: %lld layers, hidden %lld, %lld heads × %lld, vocab %lld, %lld experts (top-%lld), hc_mult %lld\n",
+              static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+              static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.head_dim),
+              static_cast<long long>(c.vocab_size), static_cast<long long>(c.n_routed_experts),
+              static_cast<long long>(c.num_experts_per_tok), static_cast<long long>(c.hc_mult));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    std::printf("  layer %2lld: %-29s %s\n", static_cast<long long>(l), model::to_string(c.layer_types[l]),
+                model::to_string(c.mlp_layer_types[l]));
+  return 0;
+}
+
+}  // namespace
+
+int model_command(const std::vector<std::string>& argv) {
+  if (argv.empty() || argv[0] == "--help") {
+    std::printf("usage: strata model init|info [options]\n\n%s\n%s", kInitHelp, kInfoHelp);
+    return argv.empty() ? 2 : 0;
+  }
+  const std::vector<std::string> rest(argv.begin() + 1, argv.end());
+  if (argv[0] == "init") return init(rest);
+  if (argv[0] == "info") return info(rest);
+  fail("unknown model subcommand '", argv[0], "' (expected init or info)");
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,92 @@
+#include "core/dtype.h"
+
+#include <array>
+#include <cmath>
+
+namespace strata {
+
+namespace {
+struct DTypeInfo {
+  DType type;
+  const char* name;
+  size_t size;
+};
+constexpr std::array<DTypeInfo, 11> kDTypes = {{
+    {DType::F32, "F32", 4},
+    {DType::F16, "F16", 2},
+    {DType::BF16, "BF16", 2},
+    {DType::F8_E4M3, "F8_E4M3", 1},
+    {DType::F8_E8M0, "F8_E8M0", 1},
+    {DType::I64, "I64", 8},
+    {DType::I32, "I32", 4},
+    {DType::I16, "I16", 2},
+    {DType::I8, "I8", 1},
+    {DType::U8, "U8", 1},
+    {DType::BOOL, "BOOL", 1},
+}};
+}  // namespace
+
+const char* dtype_name(DType t) {
+  for (const auto& d : kDTypes)
+    if (d.type == t) return d.name;
+  return "?";
+}
+
+bool parse_dtype(const std::string& s, DType* out) {
+  for (const auto& d : kDTypes)
+    if (s == d.name) {
+      *out = d.type;
+      return true;
+    }
+  return false;
+}
+
+size_t dtype_size(DType t) {
+  for (const auto& d : kDTypes)
+    if (d.type == t) return d.size;
+  return 0;
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  float v;
+  if (exp == 0)
+    v = std::ldexp(static_cast<float>(mant), -24);
+  else if (exp == 31)
+    v = mant ? NAN : INFINITY;
+  else
+    v = std::ldexp(static_cast<float>(mant | 0x400u), static_cast<int>(exp) - 25);
+  return sign ? -v : v;
+}
+
+float fp8_e4m3_to_f32(uint8_t v) {
+  const uint32_t sign = v >> 7, exp = (v >> 3) & 0xfu, mant = v & 0x7u;
+  float r;
+  if (exp == 0xf && mant == 0x7)
+    r = NAN;
+  else if (exp == 0)
+    r = std::ldexp(static_cast<float>(mant), -9);  // subnormal: mant/8 * 2^-6
+  else
+    r = std::ldexp(static_cast<float>(mant | 0x8u), static_cast<int>(exp) - 10);
+  return sign ? -r : r;
+}
+
+uint8_t f32_to_fp8_e4m3(float f) {
+  // Exhaustive nearest search over the 127 non-negative finite codes: exact ties-to-even semantics are not
+  // needed for test-weight generation, only a faithful nearest value with saturation at ±448.
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const float a = std::fabs(f);
+  if (std::isnan(f)) return 0x7f;
+  uint8_t best = 0;
+  float best_err = INFINITY;
+  for (uint8_t code = 0; code < 0x7f; ++code) {
+    const float err = std::fabs(fp8_e4m3_to_f32(code) - a);
+    if (err < best_err) {
+      best_err = err;
+      best = code;
+    }
+  }
+  return static_cast<uint8_t>(best | sign);
+}
+
+}  // namespace strata

@@ -1,0 +1,51 @@
+#include "core/tensor.h"
+
+#include <cstring>
+
+namespace strata {
+
+void WeightRef::row_f32(int64_t r, float* out) const {
+  switch (dtype) {
+    case DType::F32:
+      std::memcpy(out, data + r * cols * 4, static_cast<size_t>(cols) * 4);
+      return;
+    case DType::BF16: {
+      const auto* p = reinterpret_cast<const uint16_t*>(data) + r * cols;
+      for (int64_t c = 0; c < cols; ++c) out[c] = bf16_to_f32(p[c]);
+      return;
+    }
+    case DType::F16: {
+      const auto* p = reinterpret_cast<const uint16_t*>(data) + r * cols;
+      for (int64_t c = 0; c < cols; ++c) out[c] = f16_to_f32(p[c]);
+      return;
+    }
+    case DType::F8_E4M3: {
+      const uint8_t* p = data + r * cols;
+      const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
+      const float* scales = block_scales + (r / block_rows) * scale_cols;
+      for (int64_t c = 0; c < cols; ++c) out[c] = fp8_e4m3_to_f32(p[c]) * scales[c / block_cols];
+      return;
+    }
+    default:
+      for (int64_t c = 0; c < cols; ++c) out[c] = 0.0f;  // unreachable: the loader admits only the types above
+  }
+}
+
+float WeightRef::at(int64_t r, int64_t c) const {
+  switch (dtype) {
+    case DType::F32: {
+      float f;
+      std::memcpy(&f, data + (r * cols + c) * 4, 4);
+      return f;
+    }
+    case DType::BF16: return bf16_to_f32(reinterpret_cast<const uint16_t*>(data)[r * cols + c]);
+    case DType::F16: return f16_to_f32(reinterpret_cast<const uint16_t*>(data)[r * cols + c]);
+    case DType::F8_E4M3: {
+      const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
+      return fp8_e4m3_to_f32(data[r * cols + c]) * block_scales[(r / block_rows) * scale_cols + c / block_cols];
+    }
+    default: return 0.0f;
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,37 @@
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace strata {
+
+// Row-major fp32 activations [rows, cols]: the CPU reference computes everything in fp32.
+struct Mat {
+  int64_t rows = 0, cols = 0;
+  std::vector<float> v;
+
+  Mat() = default;
+  Mat(int64_t r, int64_t c, float fill = 0.0f) : rows(r), cols(c), v(static_cast<size_t>(r * c), fill) {}
+  float* row(int64_t r) { return v.data() + r * cols; }
+  const float* row(int64_t r) const { return v.data() + r * cols; }
+  float& at(int64_t r, int64_t c) { return v[static_cast<size_t>(r * cols + c)]; }
+  float at(int64_t r, int64_t c) const { return v[static_cast<size_t>(r * cols + c)]; }
+};
+
+// A weight matrix [rows = out features, cols = in features] viewed in its stored dtype (usually memory-mapped
+// from the checkpoint). FP8 weights carry one fp32 scale per block_rows × block_cols block, row-major over blocks:
+// dequantized = fp8 × scale (DeepSeek's layout).
+struct WeightRef {
+  DType dtype = DType::F32;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  const float* block_scales = nullptr;
+  int64_t block_rows = 128, block_cols = 128;
+
+  // Writes row r as fp32 into out[cols].
+  void row_f32(int64_t r, float* out) const;
+  float at(int64_t r, int64_t c) const;
+};
+
+}  // namespace strata

@@ -1,0 +1,47 @@
+#pragma once
+// The DeepSeek-V4 forward pass on the CPU reference backend. Each function below maps to a section of the paper:
+// mHC (§2.2), CSA/HCA attention with the Lightning Indexer (§2.3), hash and top-k MoE (§2.1).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/deepseek_v4/rope.h"
+#include "model/deepseek_v4/state.h"
+#include "model/deepseek_v4/weights.h"
+
+namespace strata::model::v4 {
+
+class Model {
+ public:
+  Model(ModelConfig config, ModelWeights weights);
+
+  const ModelConfig& config() const { return cfg_; }
+  SequenceState new_sequence() const;
+
+  // Runs `tokens` at positions state.num_tokens, state.num_tokens + 1, … and advances the state.
+  // Returns logits [tokens.size(), vocab] when all_logits, else only the last token's [1, vocab].
+  Mat forward(const std::vector<int32_t>& tokens, SequenceState& state, bool all_logits = true) const;
+
+ private:
+  struct HcMix;  // pre/post/comb weights of one hyper-connection site for a batch of tokens
+
+  HcMix hc_pre(const HyperConnectionWeights& w, const Mat& streams, Mat& collapsed) const;
+  void hc_post(const HcMix& mix, const Mat& block_out, Mat& streams) const;
+  Mat attention(int64_t layer, const Mat& x, int64_t pos0, LayerState& st) const;
+  void compress(const CompressorWeights& w, const Mat& x, CompressorState& st) const;
+  std::vector<std::vector<int32_t>> indexer_topk(const IndexerWeights& w, const Mat& x, const Mat& q_residual,
+                                                 int64_t pos0, CompressorState& st) const;
+  Mat moe(const MoeWeights& w, const Mat& x, const std::vector<int32_t>& tokens) const;
+  Mat expert(const ExpertWeights& w, const Mat& x) const;
+
+  ModelConfig cfg_;
+  ModelWeights w_;
+  RopeTable rope_main_, rope_compress_;
+};
+
+// Reads config.json and the safetensors of a checkpoint directory and checks every tensor.
+Model load_model(const std::string& dir);
+
+}  // namespace strata::model::v4

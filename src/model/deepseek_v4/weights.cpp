@@ -1,0 +1,270 @@
+#include "model/deepseek_v4/weights.h"
+
+#include <cstring>
+#include <set>
+
+#include "core/error.h"
+#include "model/checkpoint_names.h"
+
+namespace strata::model::v4 {
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Finds tensors by official name under any alias, checks shapes and dtypes, and remembers what it used so that
+// anything left over can be reported as unexpected.
+class Loader {
+ public:
+  Loader(const TensorStore& store, ModelWeights& out) : store_(store), out_(out) {}
+
+  const TensorView* try_find(const std::string& official) {
+    for (const std::string& alias : name_aliases(official))
+      if (const TensorView* t = store_.find(alias)) {
+        used_.insert(alias);
+        return t;
+      }
+    return nullptr;
+  }
+
+  const TensorView& find(const std::string& official) {
+    if (const TensorView* t = try_find(official)) return *t;
+    std::string tried;
+    for (const std::string& alias : name_aliases(official)) tried += (tried.empty() ? "'" : ", '") + alias + "'";
+    fail("checkpoint: missing tensor '", official, "' (looked for ", tried, ")");
+  }
+
+  static void check_shape(const TensorView& t, const std::vector<int64_t>& shape) {
+    if (t.shape != shape)
+      fail("checkpoint: tensor '", t.name, "' in ", t.file, ": expected shape ", shape_str(shape), ", found ",
+           t.shape_str());
+  }
+
+  WeightRef matrix_of(const TensorView& t, const std::string& official_base, int64_t rows, int64_t cols) {
+    check_shape(t, {rows, cols});
+    WeightRef w;
+    w.dtype = t.dtype;
+    w.data = t.data;
+    w.rows = rows;
+    w.cols = cols;
+    switch (t.dtype) {
+      case DType::F32:
+      case DType::BF16:
+      case DType::F16:
+        return w;
+      case DType::F8_E4M3:
+        attach_block_scales(t, official_base, w);
+        return w;
+      default:
+        fail("checkpoint: tensor '", t.name, "' has dtype ", dtype_name(t.dtype),
+             "; weights must be F32, BF16, F16 or F8_E4M3 (with block scales)");
+    }
+  }
+
+  // `official` names a Linear's weight, e.g. "layers.0.attn.wq_a.weight".
+  WeightRef matrix(const std::string& official, int64_t rows, int64_t cols) {
+    const std::string base = official.substr(0, official.size() - std::string(".weight").size());
+    return matrix_of(find(official), base, rows, cols);
+  }
+
+  std::vector<float> floats(const std::string& official, const std::vector<int64_t>& shape) {
+    const TensorView& t = find(official);
+    check_shape(t, shape);
+    return to_floats(t);
+  }
+
+  std::vector<int32_t> ints(const std::string& official, const std::vector<int64_t>& shape, int64_t limit) {
+    const TensorView& t = find(official);
+    check_shape(t, shape);
+    std::vector<int32_t> v(static_cast<size_t>(t.numel()));
+    for (size_t i = 0; i < v.size(); ++i) {
+      int64_t x;
+      if (t.dtype == DType::I64) {
+        std::memcpy(&x, t.data + i * 8, 8);
+      } else if (t.dtype == DType::I32) {
+        int32_t y;
+        std::memcpy(&y, t.data + i * 4, 4);
+        x = y;
+      } else {
+        fail("checkpoint: tensor '", t.name, "' has dtype ", dtype_name(t.dtype), ", expected I64 or I32");
+      }
+      if (x < 0 || x >= limit)
+        fail("checkpoint: tensor '", t.name, "' element ", i, " is ", x, ", outside [0, ", limit, ")");
+      v[i] = static_cast<int32_t>(x);
+    }
+    return v;
+  }
+
+  static std::vector<float> to_floats(const TensorView& t) {
+    std::vector<float> v(static_cast<size_t>(t.numel()));
+    for (size_t i = 0; i < v.size(); ++i) {
+      switch (t.dtype) {
+        case DType::F32: std::memcpy(&v[i], t.data + i * 4, 4); break;
+        case DType::BF16: {
+          uint16_t h;
+          std::memcpy(&h, t.data + i * 2, 2);
+          v[i] = bf16_to_f32(h);
+          break;
+        }
+        case DType::F16: {
+          uint16_t h;
+          std::memcpy(&h, t.data + i * 2, 2);
+          v[i] = f16_to_f32(h);
+          break;
+        }
+        case DType::F8_E8M0: v[i] = e8m0_to_f32(t.data[i]); break;
+        default:
+          fail("checkpoint: tensor '", t.name, "' has dtype ", dtype_name(t.dtype), ", expected a float type");
+      }
+    }
+    return v;
+  }
+
+  // Names in the store that no lookup claimed. MTP draft layers (`mtp.*`) are kept for speculative decoding,
+  // which does not read them yet, so they are not an error.
+  void check_nothing_unexpected() const {
+    for (const auto& [name, t] : store_.tensors()) {
+      if (used_.count(name) || name.rfind("mtp.", 0) == 0 || name.rfind("model.mtp.", 0) == 0) continue;
+      fail("checkpoint: unexpected tensor '", name, "' in ", t.file, " (not part of this config's model)");
+    }
+  }
+
+ private:
+  void attach_block_scales(const TensorView& t, const std::string& official_base, WeightRef& w) {
+    const TensorView* s = try_find(official_base + ".scale");
+    if (!s) s = try_find(official_base + ".weight_scale_inv");
+    if (!s) fail("checkpoint: FP8 tensor '", t.name, "' has no block-scale tensor ('", official_base, ".scale' or '",
+                 official_base, ".weight_scale_inv')");
+    const int64_t br = 128, bc = 128;
+    const std::vector<int64_t> want = {(w.rows + br - 1) / br, (w.cols + bc - 1) / bc};
+    check_shape(*s, want);
+    auto scales = std::make_shared<std::vector<float>>(to_floats(*s));
+    w.block_scales = scales->data();
+    w.block_rows = br;
+    w.block_cols = bc;
+    out_.owned_scales.push_back(std::move(scales));
+  }
+
+  const TensorStore& store_;
+  ModelWeights& out_;
+  std::set<std::string> used_;
+};
+
+ExpertWeights load_expert(Loader& ld, const std::string& prefix, int64_t inter, int64_t hidden) {
+  return {ld.matrix(prefix + ".w1.weight", inter, hidden), ld.matrix(prefix + ".w2.weight", hidden, inter),
+          ld.matrix(prefix + ".w3.weight", inter, hidden)};
+}
+
+// transformers keeps routed experts stacked: gate_up_proj [E, 2·inter, hidden] (gate rows first), down_proj
+// [E, hidden, inter]. Each expert's matrices are contiguous row ranges of those tensors.
+bool load_stacked_experts(Loader& ld, const std::string& ffn, const ModelConfig& c, std::vector<ExpertWeights>& out) {
+  const TensorView* gate_up = ld.try_find(ffn + ".experts.gate_up_proj");
+  const TensorView* down = ld.try_find(ffn + ".experts.down_proj");
+  if (!gate_up && !down) return false;
+  if (!gate_up || !down) fail("checkpoint: '", ffn, ".experts' has only one of gate_up_proj / down_proj");
+  const int64_t e = c.n_routed_experts, inter = c.moe_intermediate_size, hidden = c.hidden_size;
+  Loader::check_shape(*gate_up, {e, 2 * inter, hidden});
+  Loader::check_shape(*down, {e, hidden, inter});
+  for (const TensorView* t : {gate_up, down})
+    if (t->dtype != DType::F32 && t->dtype != DType::BF16 && t->dtype != DType::F16)
+      fail("checkpoint: tensor '", t->name, "' has dtype ", dtype_name(t->dtype), "; stacked experts must be F32, BF16 or F16");
+  const auto esize = static_cast<int64_t>(dtype_size(gate_up->dtype)), dsize = static_cast<int64_t>(dtype_size(down->dtype));
+  for (int64_t i = 0; i < e; ++i) {
+    ExpertWeights w;
+    w.w1 = {gate_up->dtype, gate_up->data + (i * 2 * inter) * hidden * esize, inter, hidden};
+    w.w3 = {gate_up->dtype, gate_up->data + (i * 2 * inter + inter) * hidden * esize, inter, hidden};
+    w.w2 = {down->dtype, down->data + i * hidden * inter * dsize, hidden, inter};
+    out.push_back(w);
+  }
+  return true;
+}
+
+CompressorWeights load_compressor(Loader& ld, const std::string& prefix, const ModelConfig& c, int64_t rate,
+                                  int64_t dim, bool overlap) {
+  CompressorWeights w;
+  w.rate = rate;
+  w.dim = dim;
+  w.overlap = overlap;
+  const int64_t width = overlap ? 2 * dim : dim;
+  w.wkv = ld.matrix(prefix + ".wkv.weight", width, c.hidden_size);
+  w.wgate = ld.matrix(prefix + ".wgate.weight", width, c.hidden_size);
+  w.ape = ld.floats(prefix + ".ape", {rate, width});
+  w.norm = ld.floats(prefix + ".norm.weight", {dim});
+  return w;
+}
+
+}  // namespace
+
+ModelWeights load_weights(const ModelConfig& c, std::shared_ptr<TensorStore> store) {
+  ModelWeights mw;
+  mw.store = store;
+  Loader ld(*store, mw);
+  const int64_t d = c.hidden_size, hc = c.hc_mult, mix = (2 + hc) * hc, heads = c.num_attention_heads, hd = c.head_dim;
+  mw.embed = ld.matrix("embed.weight", c.vocab_size, d);
+  if (c.tie_word_embeddings && !ld.try_find("head.weight"))
+    mw.head = mw.embed;
+  else
+    mw.head = ld.matrix("head.weight", c.vocab_size, d);
+  mw.norm = ld.floats("norm.weight", {d});
+  mw.hc_head_fn = ld.floats("hc_head_fn", {hc, hc * d});
+  mw.hc_head_base = ld.floats("hc_head_base", {hc});
+  mw.hc_head_scale = ld.floats("hc_head_scale", {1});
+
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l);
+    LayerWeights lw;
+    lw.hc_attn = {ld.floats(p + ".hc_attn_fn", {mix, hc * d}), ld.floats(p + ".hc_attn_base", {mix}),
+                  ld.floats(p + ".hc_attn_scale", {3})};
+    lw.hc_ffn = {ld.floats(p + ".hc_ffn_fn", {mix, hc * d}), ld.floats(p + ".hc_ffn_base", {mix}),
+                 ld.floats(p + ".hc_ffn_scale", {3})};
+    lw.attn_norm = ld.floats(p + ".attn_norm.weight", {d});
+    lw.ffn_norm = ld.floats(p + ".ffn_norm.weight", {d});
+
+    AttentionWeights& a = lw.attn;
+    const std::string ap = p + ".attn";
+    a.wq_a = ld.matrix(ap + ".wq_a.weight", c.q_lora_rank, d);
+    a.q_norm = ld.floats(ap + ".q_norm.weight", {c.q_lora_rank});
+    a.wq_b = ld.matrix(ap + ".wq_b.weight", heads * hd, c.q_lora_rank);
+    a.wkv = ld.matrix(ap + ".wkv.weight", hd, d);
+    a.kv_norm = ld.floats(ap + ".kv_norm.weight", {hd});
+    a.wo_a = ld.matrix(ap + ".wo_a.weight", c.o_groups * c.o_lora_rank, heads * hd / c.o_groups);
+    if (a.wo_a.dtype == DType::F8_E4M3 && c.o_lora_rank % 128 != 0)
+      fail("checkpoint: FP8 '", ap, ".wo_a.weight' needs o_lora_rank divisible by 128 (its groups split scale blocks)");
+    a.wo_b = ld.matrix(ap + ".wo_b.weight", d, c.o_groups * c.o_lora_rank);
+    a.attn_sink = ld.floats(ap + ".attn_sink", {heads});
+    const AttentionType type = c.layer_types[l];
+    if (type != AttentionType::Sliding) {
+      const bool csa = type == AttentionType::CompressedSparse;
+      a.compressor = load_compressor(ld, ap + ".compressor", c, c.compress_rate(l), hd, csa);
+      if (csa) {
+        IndexerWeights iw;
+        iw.wq_b = ld.matrix(ap + ".indexer.wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
+        iw.weights_proj = ld.matrix(ap + ".indexer.weights_proj.weight", c.index_n_heads, d);
+        iw.compressor = load_compressor(ld, ap + ".indexer.compressor", c, c.compress_rate(l), c.index_head_dim, true);
+        a.indexer = std::move(iw);
+      }
+    }
+
+    MoeWeights& f = lw.ffn;
+    const std::string fp = p + ".ffn";
+    f.gate = ld.matrix(fp + ".gate.weight", c.n_routed_experts, d);
+    if (c.mlp_layer_types[l] == MlpType::HashMoe) {
+      f.tid2eid = ld.ints(fp + ".gate.tid2eid", {c.vocab_size, c.num_experts_per_tok}, c.n_routed_experts);
+    } else {
+      f.gate_bias = ld.floats(fp + ".gate.bias", {c.n_routed_experts});
+    }
+    if (!load_stacked_experts(ld, fp, c, f.experts))
+      for (int64_t e = 0; e < c.n_routed_experts; ++e)
+        f.experts.push_back(load_expert(ld, fp + ".experts." + std::to_string(e), c.moe_intermediate_size, d));
+    if (c.n_shared_experts > 0) f.shared = load_expert(ld, fp + ".shared_experts", c.moe_intermediate_size, d);
+    mw.layers.push_back(std::move(lw));
+  }
+  ld.check_nothing_unexpected();
+  return mw;
+}
+
+}  // namespace strata::model::v4
