@@ -1,5 +1,6 @@
 #include "model/checkpoint_names.h"
 
+#include <algorithm>
 #include <array>
 
 namespace strata::model {
@@ -49,7 +50,7 @@ constexpr std::array<Rename, 32> kRenames = {{
     {Match::Anywhere, ".shared_experts.w3.", ".shared_experts.up_proj."},
 }};
 
-void apply(const Rename& r, std::string& name) {
+void rename_forward(const Rename& r, std::string& name) {
   const std::string from = r.from, to = r.to;
   switch (r.match) {
     case Match::Whole:
@@ -66,21 +67,36 @@ void apply(const Rename& r, std::string& name) {
   }
 }
 
+void rename_backward(const Rename& r, std::string& name) {
+  rename_forward(Rename{r.match, r.to, r.from}, name);
+}
+
 }  // namespace
 
 std::string transformers_name(const std::string& official) {
   std::string name = official;
-  for (const Rename& r : kRenames) apply(r, name);
+  for (const Rename& r : kRenames) rename_forward(r, name);
+  return name;
+}
+
+std::string saved_name(const std::string& official) {
+  const std::string hf = transformers_name(official);
+  std::string name = hf == "lm_head.weight" ? hf : "model." + hf;
+  for (auto r = kRenames.rbegin(); r != kRenames.rend(); ++r) rename_backward(*r, name);
   return name;
 }
 
 std::vector<std::string> name_aliases(const std::string& official) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& n) {
+    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  };
   const std::string hf = transformers_name(official);
-  std::vector<std::string> out = {official, "model." + official};
-  if (hf != official) {
-    out.push_back(hf);
-    out.push_back("model." + hf);
-  }
+  add(official);
+  add(saved_name(official));
+  add(hf);
+  add("model." + hf);
+  add("model." + official);
   return out;
 }
 

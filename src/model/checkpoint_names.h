@@ -11,6 +11,10 @@ namespace strata::model {
 // applied in the same order, without the `model.` prefix.
 std::string transformers_name(const std::string& official);
 
+// What transformers' save_pretrained writes for `official`: it prefixes `model.` (except lm_head) and undoes the
+// renames in reverse order, which leaves e.g. `model.embed_tokens.weight` and turns `kv_norm` into `attn.norm`.
+std::string saved_name(const std::string& official);
+
 // Every spelling under which `official` may appear in a checkpoint, most likely first.
 std::vector<std::string> name_aliases(const std::string& official);
 

@@ -60,7 +60,7 @@ CONFIGS = {
         index_n_heads=16, index_head_dim=16, index_topk=5, partial_rotary_factor=0.25, sliding_window=16,
         compress_rates={CSA: 4, HCA: 8}, layer_types=[CSA, HCA, SWA], mlp_layer_types=["hash_moe", "moe", "moe"],
         hc_mult=4, hc_sinkhorn_iters=7,
-        rope_parameters={"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 64},
+        rope_parameters={"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 1024},
         max_position_embeddings=4096,
     ),
 }
