@@ -28,6 +28,7 @@ options:
   --ignore-eos         keep generating past the config's eos_token_id
   --dump-logits FILE   write a safetensors file: prompt_logits [L, V] (every prompt position), gen_logits [N, V]
                        (row i = the logits gen_tokens[i] was chosen from) in F32, gen_tokens [N] in I64
+  --dump-hidden FILE   write the prompt's residual streams after every layer, hidden.L [L, hc·hidden] (debugging)
 
 Prints the generated ids (comma-separated) on stdout and timings on stderr.
 
@@ -62,7 +63,7 @@ int32_t pick_token(const float* logits, int64_t vocab, double temperature, uint6
 }  // namespace
 
 int generate_command(const std::vector<std::string>& argv) {
-  const Args args(argv, {"model", "prompt-ids", "max-tokens", "temperature", "seed", "chunk", "dump-logits"},
+  const Args args(argv, {"model", "prompt-ids", "max-tokens", "temperature", "seed", "chunk", "dump-logits", "dump-hidden"},
                   {"help", "ignore-eos"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
@@ -90,9 +91,13 @@ int generate_command(const std::vector<std::string>& argv) {
   std::vector<float> prompt_logits;
   Mat last;
   const int64_t n_prompt = static_cast<int64_t>(prompt.size()), step = chunk > 0 ? chunk : n_prompt;
+  std::vector<std::vector<float>> hidden(static_cast<size_t>(m.config().num_hidden_layers));
+  const auto keep_hidden = [&](int64_t layer, const Mat& streams) {
+    hidden[layer].insert(hidden[layer].end(), streams.v.begin(), streams.v.end());
+  };
   for (int64_t at = 0; at < n_prompt; at += step) {
     const std::vector<int32_t> part(prompt.begin() + at, prompt.begin() + std::min(n_prompt, at + step));
-    last = m.forward(part, state, dump);
+    last = args.has("dump-hidden") ? m.forward(part, state, dump, keep_hidden) : m.forward(part, state, dump);
     if (dump) prompt_logits.insert(prompt_logits.end(), last.v.begin(), last.v.end());
   }
   const auto t1 = clock::now();
@@ -121,6 +126,13 @@ int generate_command(const std::vector<std::string>& argv) {
                static_cast<long long>(n_prompt), prefill_s, n_prompt / prefill_s, generated.size(), decode_s,
                decode_steps > 0 ? decode_steps / decode_s : 0.0);
 
+  if (args.has("dump-hidden")) {
+    std::vector<model::OwnedTensor> out;
+    const int64_t width = m.config().hc_mult * m.config().hidden_size;
+    for (size_t l = 0; l < hidden.size(); ++l)
+      out.push_back(model::make_f32_tensor("hidden." + std::to_string(l), {n_prompt, width}, hidden[l]));
+    model::write_safetensors(args.str("dump-hidden"), out, {{"producer", "strata generate"}});
+  }
   if (dump) {
     std::vector<int64_t> tokens64(generated.begin(), generated.end());
     std::vector<model::OwnedTensor> out;

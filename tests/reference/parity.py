@@ -15,6 +15,7 @@ smaller than the number of compressed entries, YaRN on the compress rope), this 
 usage: python3 tests/reference/parity.py --strata build/strata --work /tmp/parity [--fixtures tests/fixtures]
 """
 import argparse
+import copy
 import json
 import os
 import subprocess
@@ -66,7 +67,7 @@ CONFIGS = {
 }
 
 # Which configs and prompt lengths become CI fixtures (kept small: bf16 weights, a few hundred KB each).
-FIXTURES = {"a_hc4": 300, "c_short": 200}
+FIXTURES = {"a_hc4": 300, "c_short": 300}
 
 
 def bf16_round(t):
@@ -204,8 +205,8 @@ def write_fixture(root, name, model, prompt, ref_p, ref_g, ref_t):
     """A bf16 copy of the model (exact: every value is bf16-representable) and the fp32 reference outputs."""
     d = os.path.join(root, name)
     os.makedirs(d, exist_ok=True)
-    model.to(torch.bfloat16).save_pretrained(d)
-    model.to(torch.float32)
+    # A copy: casting the live model would also round its non-persistent RoPE inv_freq buffers to bf16.
+    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(d)
     for f in os.listdir(d):
         if f not in ("config.json", "model.safetensors"):
             os.remove(os.path.join(d, f))

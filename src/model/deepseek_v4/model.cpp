@@ -366,7 +366,8 @@ Mat Model::moe(const MoeWeights& w, const Mat& x, const std::vector<int32_t>& to
   return out;
 }
 
-Mat Model::forward(const std::vector<int32_t>& tokens, SequenceState& state, bool all_logits) const {
+Mat Model::forward(const std::vector<int32_t>& tokens, SequenceState& state, bool all_logits,
+                   const std::function<void(int64_t, const Mat&)>& observe) const {
   const int64_t n = static_cast<int64_t>(tokens.size()), d = cfg_.hidden_size, hc = cfg_.hc_mult;
   if (n == 0) fail("forward: no tokens given");
   for (int32_t t : tokens)
@@ -389,6 +390,7 @@ Mat Model::forward(const std::vector<int32_t>& tokens, SequenceState& state, boo
     mix = hc_pre(lw.hc_ffn, streams, collapsed);
     rms_norm_rows(collapsed, lw.ffn_norm.data(), cfg_.rms_norm_eps);
     hc_post(mix, moe(lw.ffn, collapsed, tokens), streams);
+    if (observe) observe(l, streams);
   }
   state.num_tokens += n;
 

@@ -2,6 +2,7 @@
 // The DeepSeek-V4 forward pass on the CPU reference backend. Each function below maps to a section of the paper:
 // mHC (§2.2), CSA/HCA attention with the Lightning Indexer (§2.3), hash and top-k MoE (§2.1).
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,9 @@ class Model {
 
   // Runs `tokens` at positions state.num_tokens, state.num_tokens + 1, … and advances the state.
   // Returns logits [tokens.size(), vocab] when all_logits, else only the last token's [1, vocab].
-  Mat forward(const std::vector<int32_t>& tokens, SequenceState& state, bool all_logits = true) const;
+  // `observe`, if given, sees the residual streams [tokens, hc·hidden] after every layer (for debugging parity).
+  Mat forward(const std::vector<int32_t>& tokens, SequenceState& state, bool all_logits = true,
+              const std::function<void(int64_t layer, const Mat& streams)>& observe = {}) const;
 
  private:
   struct HcMix;  // pre/post/comb weights of one hyper-connection site for a batch of tokens
