@@ -1,0 +1,131 @@
+// The CPU forward against transformers (fixtures made by tests/reference/parity.py on the GPU machine), and the
+// incremental-state contract: any prefill chunking followed by decode gives the logits of one full forward.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "core/error.h"
+#include "model/deepseek_v4/model.h"
+#include "model/deepseek_v4/presets.h"
+#include "model/deepseek_v4/random_init.h"
+#include "test_util.h"
+
+namespace strata {
+namespace {
+
+using model::v4::Model;
+using model::v4::SequenceState;
+
+constexpr double kTolerance = 1e-4;  // max|Δ| / max|ref| per row, as in parity.py
+
+struct Expected {
+  std::vector<int32_t> prompt;
+  std::vector<float> prompt_logits, gen_logits;
+  std::vector<int64_t> gen_tokens;
+};
+
+Expected read_expected(const std::string& dir) {
+  const auto store = model::TensorStore::open(dir + "/expected.safetensors");
+  Expected e;
+  for (int64_t id : test::int64s_of(*store.find("prompt_ids"))) e.prompt.push_back(static_cast<int32_t>(id));
+  e.prompt_logits = test::floats_of(*store.find("prompt_logits"));
+  e.gen_logits = test::floats_of(*store.find("gen_logits"));
+  e.gen_tokens = test::int64s_of(*store.find("gen_tokens"));
+  return e;
+}
+
+int32_t argmax(const float* x, int64_t n) {
+  return static_cast<int32_t>(std::max_element(x, x + n) - x);
+}
+
+// transformers' fp32 eager logits for a 300-token prompt and 16 greedy steps; the checkpoint is the one
+// save_pretrained wrote (bf16 copy of bf16-exact weights), so this also checks its tensor names and config.json.
+void check_fixture(const std::string& name) {
+  const std::string dir = test::fixture(name);
+  const Model m = model::v4::load_model(dir);
+  const Expected e = read_expected(dir);
+  const int64_t vocab = m.config().vocab_size, n = static_cast<int64_t>(e.prompt.size());
+  ASSERT_EQ(e.prompt_logits.size(), static_cast<size_t>(n * vocab));
+
+  SequenceState st = m.new_sequence();
+  Mat logits = m.forward(e.prompt, st, true);
+  double worst = 0;
+  for (int64_t r = 0; r < n; ++r)
+    worst = std::max(worst, test::row_rel_error(logits.row(r), e.prompt_logits.data() + r * vocab, vocab));
+  EXPECT_LE(worst, kTolerance) << name << ": prompt logits";
+
+  const float* last = logits.row(n - 1);
+  Mat step;
+  for (size_t i = 0; i < e.gen_tokens.size(); ++i) {
+    EXPECT_LE(test::row_rel_error(last, e.gen_logits.data() + i * vocab, vocab), kTolerance) << name << " step " << i;
+    const int32_t token = argmax(last, vocab);
+    ASSERT_EQ(token, e.gen_tokens[i]) << name << ": greedy token " << i;
+    step = m.forward({token}, st, false);
+    last = step.row(0);
+  }
+}
+
+TEST(Forward, MatchesTransformersAllLayerTypesHc4) { check_fixture("a_hc4"); }
+TEST(Forward, MatchesTransformersShortWindowSmallRates) { check_fixture("c_short"); }
+
+// Logits of `tokens` when the prompt is fed in chunks of the given sizes (cycled), then the rest one by one.
+Mat run_chunked(const Model& m, const std::vector<int32_t>& tokens, const std::vector<int64_t>& chunks,
+                int64_t prefill_len) {
+  SequenceState st = m.new_sequence();
+  Mat all(static_cast<int64_t>(tokens.size()), m.config().vocab_size);
+  int64_t at = 0;
+  for (size_t c = 0; at < prefill_len; ++c) {
+    const int64_t len = std::min(chunks[c % chunks.size()], prefill_len - at);
+    const Mat out = m.forward(std::vector<int32_t>(tokens.begin() + at, tokens.begin() + at + len), st, true);
+    std::copy(out.v.begin(), out.v.end(), all.row(at));
+    at += len;
+  }
+  for (; at < static_cast<int64_t>(tokens.size()); ++at) {
+    const Mat out = m.forward({tokens[at]}, st, false);
+    std::copy(out.v.begin(), out.v.end(), all.row(at));
+  }
+  EXPECT_EQ(st.num_tokens, static_cast<int64_t>(tokens.size()));
+  return all;
+}
+
+class ChunkingTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = test::temp_dir("chunking");
+    model::v4::write_random_checkpoint(model::v4::preset_config("tiny"), dir_, 3, DType::F32);
+  }
+  static std::string dir_;
+};
+std::string ChunkingTest::dir_;
+
+// Lengths cross the sliding window (128), every CSA window (4) and the HCA window (128) several times; the chunk
+// sizes are co-prime with the windows so chunk edges land at every offset. Per-row results do not depend on how
+// tokens are batched, so the logits are bit-identical, not merely close.
+TEST_F(ChunkingTest, AnyPrefillChunkingThenDecodeEqualsOneForward) {
+  const Model m = model::v4::load_model(dir_);
+  std::vector<int32_t> tokens(300);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7919 + 13) % 512);
+  const Mat whole = run_chunked(m, tokens, {static_cast<int64_t>(tokens.size())}, static_cast<int64_t>(tokens.size()));
+  const std::vector<std::pair<std::vector<int64_t>, int64_t>> schedules = {
+      {{1}, 300}, {{3}, 300}, {{4}, 300}, {{7, 64, 129}, 300}, {{127}, 257}, {{128}, 256}, {{129}, 129}, {{5}, 1}};
+  for (const auto& [chunks, prefill] : schedules) {
+    const Mat got = run_chunked(m, tokens, chunks, prefill);
+    for (int64_t r = 0; r < whole.rows; ++r)
+      ASSERT_EQ(0, std::memcmp(got.row(r), whole.row(r), static_cast<size_t>(whole.cols) * 4))
+          << "row " << r << " differs with chunk " << chunks[0] << " and prefill " << prefill;
+  }
+}
+
+TEST_F(ChunkingTest, RejectsTokensOutsideTheVocabulary) {
+  const Model m = model::v4::load_model(dir_);
+  SequenceState st = m.new_sequence();
+  try {
+    m.forward({1, 512}, st, false);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 512"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace strata

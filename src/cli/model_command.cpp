@@ -19,11 +19,13 @@ constexpr const char* kInitHelp = R"(strata model init — write a random-weight
 official tensor names). Every parameter is random, including sinks, position biases and tid2eid.
 
 options:
-  --preset NAME   tiny (tests: all layer types, hash + top-k MoE) or flash (V4-Flash layer shapes)
+  --preset NAME   tiny (tests: all layer types, hash + top-k MoE), small (~125M, CPU benchmarks) or
+                  flash (V4-Flash layer shapes; pick --layers)
   --out DIR       where to write (created if missing)
   --layers N      number of layers (default: the preset's; the layer schedule repeats)
   --seed S        random seed (default 0)
-  --dtype T       f32 or bf16 for the matrices (default f32 for tiny, bf16 for flash)
+  --dtype T       f32, bf16 or fp8 (e4m3 with 128×128 block scales, DeepSeek's layout) for the matrices
+                  (default f32 for tiny, bf16 otherwise)
 
 example:
   strata model init --preset tiny --seed 1 --out /tmp/tiny
@@ -46,12 +48,14 @@ int init(const std::vector<std::string>& argv) {
   }
   const std::string preset = args.required("preset");
   const model::ModelConfig cfg = model::v4::preset_config(preset, args.integer("layers", 0));
-  const std::string dtype = args.str("dtype", preset == "flash" ? "bf16" : "f32");
-  if (dtype != "f32" && dtype != "bf16") fail("option --dtype: expected f32 or bf16, found '", dtype, "'");
+  const std::string dtype = args.str("dtype", preset == "tiny" ? "f32" : "bf16");
+  if (dtype != "f32" && dtype != "bf16" && dtype != "fp8")
+    fail("option --dtype: expected f32, bf16 or fp8, found '", dtype, "'");
   const std::string out = args.required("out");
   const int64_t seed = args.integer("seed", 0);
   if (seed < 0) fail("option --seed: expected a non-negative integer, found ", seed);
-  model::v4::write_random_checkpoint(cfg, out, static_cast<uint64_t>(seed), dtype == "bf16" ? DType::BF16 : DType::F32);
+  const DType matrix_dtype = dtype == "fp8" ? DType::F8_E4M3 : dtype == "bf16" ? DType::BF16 : DType::F32;
+  model::v4::write_random_checkpoint(cfg, out, static_cast<uint64_t>(seed), matrix_dtype);
   std::printf("wrote %s (%s, %lld layers, seed %lld, %s)\n", out.c_str(), preset.c_str(),
               static_cast<long long>(cfg.num_hidden_layers), static_cast<long long>(seed), dtype.c_str());
   return 0;

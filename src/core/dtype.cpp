@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -72,21 +73,21 @@ float fp8_e4m3_to_f32(uint8_t v) {
 }
 
 uint8_t f32_to_fp8_e4m3(float f) {
-  // Exhaustive nearest search over the 127 non-negative finite codes: exact ties-to-even semantics are not
-  // needed for test-weight generation, only a faithful nearest value with saturation at ±448.
+  // Codes 0x00..0x7e are the non-negative finite values in increasing order: round to the nearest by binary
+  // search, saturating at ±448 (ties resolve to the smaller magnitude, which is enough for weight generation).
+  static const std::array<float, 127> kValues = [] {
+    std::array<float, 127> v{};
+    for (int code = 0; code < 127; ++code) v[static_cast<size_t>(code)] = fp8_e4m3_to_f32(static_cast<uint8_t>(code));
+    return v;
+  }();
+  if (std::isnan(f)) return 0x7f;
   const uint8_t sign = std::signbit(f) ? 0x80 : 0;
   const float a = std::fabs(f);
-  if (std::isnan(f)) return 0x7f;
-  uint8_t best = 0;
-  float best_err = INFINITY;
-  for (uint8_t code = 0; code < 0x7f; ++code) {
-    const float err = std::fabs(fp8_e4m3_to_f32(code) - a);
-    if (err < best_err) {
-      best_err = err;
-      best = code;
-    }
-  }
-  return static_cast<uint8_t>(best | sign);
+  const auto hi = std::lower_bound(kValues.begin(), kValues.end(), a);
+  if (hi == kValues.end()) return static_cast<uint8_t>(126 | sign);
+  auto code = static_cast<uint8_t>(hi - kValues.begin());
+  if (code > 0 && a - kValues[code - 1] <= *hi - a) --code;
+  return static_cast<uint8_t>(code | sign);
 }
 
 }  // namespace strata

@@ -22,7 +22,7 @@ void WeightRef::row_f32(int64_t r, float* out) const {
     case DType::F8_E4M3: {
       const uint8_t* p = data + r * cols;
       const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
-      const float* scales = block_scales + (r / block_rows) * scale_cols;
+      const float* scales = block_scales + ((r + scale_row_offset) / block_rows) * scale_cols;
       for (int64_t c = 0; c < cols; ++c) out[c] = fp8_e4m3_to_f32(p[c]) * scales[c / block_cols];
       return;
     }
@@ -42,10 +42,19 @@ float WeightRef::at(int64_t r, int64_t c) const {
     case DType::F16: return f16_to_f32(reinterpret_cast<const uint16_t*>(data)[r * cols + c]);
     case DType::F8_E4M3: {
       const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
-      return fp8_e4m3_to_f32(data[r * cols + c]) * block_scales[(r / block_rows) * scale_cols + c / block_cols];
+      return fp8_e4m3_to_f32(data[r * cols + c]) *
+             block_scales[((r + scale_row_offset) / block_rows) * scale_cols + c / block_cols];
     }
     default: return 0.0f;
   }
+}
+
+WeightRef WeightRef::row_slice(int64_t r0, int64_t n) const {
+  WeightRef s = *this;
+  s.rows = n;
+  s.data = data + r0 * cols * static_cast<int64_t>(dtype_size(dtype));
+  s.scale_row_offset = scale_row_offset + r0;
+  return s;
 }
 
 }  // namespace strata

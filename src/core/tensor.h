@@ -28,6 +28,10 @@ struct WeightRef {
   int64_t rows = 0, cols = 0;
   const float* block_scales = nullptr;
   int64_t block_rows = 128, block_cols = 128;
+  int64_t scale_row_offset = 0;  // a row slice of a larger FP8 matrix indexes the parent's scale blocks
+
+  // Rows [r0, r0 + n) as a matrix of their own (no copy).
+  WeightRef row_slice(int64_t r0, int64_t n) const;
 
   // Writes row r as fp32 into out[cols].
   void row_f32(int64_t r, float* out) const;

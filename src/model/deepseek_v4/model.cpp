@@ -222,14 +222,6 @@ std::vector<std::vector<int32_t>> Model::indexer_topk(const IndexerWeights& w, c
   return picks;
 }
 
-static WeightRef row_slice(const WeightRef& w, int64_t r0, int64_t n) {
-  WeightRef s = w;
-  s.rows = n;
-  s.data = w.data + r0 * w.cols * static_cast<int64_t>(dtype_size(w.dtype));
-  if (w.block_scales) s.block_scales = w.block_scales + (r0 / w.block_rows) * ((w.cols + w.block_cols - 1) / w.block_cols);
-  return s;
-}
-
 // Shared-KV MQA with sinks over the sliding window plus compressed entries (paper §2.3).
 Mat Model::attention(int64_t layer, const Mat& x, int64_t pos0, LayerState& st) const {
   const AttentionWeights& w = w_.layers[layer].attn;
@@ -294,7 +286,7 @@ Mat Model::attention(int64_t layer, const Mat& x, int64_t pos0, LayerState& st) 
   for (int64_t g = 0; g < groups; ++g) {
     Mat xg(n, group_in);
     for (int64_t s = 0; s < n; ++s) std::copy(out.row(s) + g * group_in, out.row(s) + (g + 1) * group_in, xg.row(s));
-    const Mat yg = linear(xg, row_slice(w.wo_a, g * rank, rank));
+    const Mat yg = linear(xg, w.wo_a.row_slice(g * rank, rank));
     for (int64_t s = 0; s < n; ++s) std::copy(yg.row(s), yg.row(s) + rank, grouped.row(s) + g * rank);
   }
   return linear(grouped, w.wo_b);

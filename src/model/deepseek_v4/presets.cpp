@@ -4,7 +4,7 @@
 
 namespace strata::model::v4 {
 
-std::vector<std::string> preset_names() { return {"tiny", "flash"}; }
+std::vector<std::string> preset_names() { return {"tiny", "small", "flash"}; }
 
 namespace {
 
@@ -45,6 +45,36 @@ ModelConfig tiny() {
   return c;
 }
 
+// A CPU-benchmark size (~125M parameters): the tiny schedule at 8 layers with wider everything.
+ModelConfig small() {
+  ModelConfig c = tiny();
+  c.vocab_size = 16384;
+  c.hidden_size = 512;
+  c.moe_intermediate_size = 256;
+  c.num_hidden_layers = 8;
+  c.num_attention_heads = 8;
+  c.head_dim = 128;
+  c.q_lora_rank = 256;
+  c.num_experts_per_tok = 4;
+  c.n_routed_experts = 32;
+  c.o_groups = 4;
+  c.o_lora_rank = 128;
+  c.index_n_heads = 16;
+  c.index_head_dim = 64;
+  c.index_topk = 64;
+  c.partial_rotary_factor = 0.5;  // 64 rotary channels, as in V4
+  c.qk_rope_head_dim = 64;
+  c.rope_main.partial_rotary_factor = 0.5;
+  c.rope_compress.partial_rotary_factor = 0.5;
+  c.layer_types.clear();
+  c.mlp_layer_types.clear();
+  for (int l = 0; l < 8; ++l) {
+    c.layer_types.push_back(tiny().layer_types[static_cast<size_t>(l % 4)]);
+    c.mlp_layer_types.push_back(l < 2 ? MlpType::HashMoe : MlpType::Moe);
+  }
+  return c;
+}
+
 // DeepSeek-V4-Flash (43 layers, hidden 4096, 64 heads of 512, 256 experts of 2048, top-6).
 ModelConfig flash() {
   ModelConfig c;  // the struct's defaults are V4-Flash's
@@ -64,10 +94,12 @@ ModelConfig preset_config(const std::string& name, int64_t layers) {
   ModelConfig c;
   if (name == "tiny")
     c = tiny();
+  else if (name == "small")
+    c = small();
   else if (name == "flash")
     c = flash();
   else
-    fail("unknown preset '", name, "' (expected tiny or flash)");
+    fail("unknown preset '", name, "' (expected tiny, small or flash)");
   if (layers > 0) {
     const int64_t n = c.num_hidden_layers;
     c.num_hidden_layers = layers;

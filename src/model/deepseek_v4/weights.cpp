@@ -172,12 +172,13 @@ bool load_stacked_experts(Loader& ld, const std::string& ffn, const ModelConfig&
   for (const TensorView* t : {gate_up, down})
     if (t->dtype != DType::F32 && t->dtype != DType::BF16 && t->dtype != DType::F16)
       fail("checkpoint: tensor '", t->name, "' has dtype ", dtype_name(t->dtype), "; stacked experts must be F32, BF16 or F16");
-  const auto esize = static_cast<int64_t>(dtype_size(gate_up->dtype)), dsize = static_cast<int64_t>(dtype_size(down->dtype));
   for (int64_t i = 0; i < e; ++i) {
     ExpertWeights w;
-    w.w1 = {gate_up->dtype, gate_up->data + (i * 2 * inter) * hidden * esize, inter, hidden};
-    w.w3 = {gate_up->dtype, gate_up->data + (i * 2 * inter + inter) * hidden * esize, inter, hidden};
-    w.w2 = {down->dtype, down->data + i * hidden * inter * dsize, hidden, inter};
+    const WeightRef all_gate_up{gate_up->dtype, gate_up->data, e * 2 * inter, hidden};
+    const WeightRef all_down{down->dtype, down->data, e * hidden, inter};
+    w.w1 = all_gate_up.row_slice(i * 2 * inter, inter);
+    w.w3 = all_gate_up.row_slice(i * 2 * inter + inter, inter);
+    w.w2 = all_down.row_slice(i * hidden, hidden);
     out.push_back(w);
   }
   return true;
@@ -232,8 +233,6 @@ ModelWeights load_weights(const ModelConfig& c, std::shared_ptr<TensorStore> sto
     a.wkv = ld.matrix(ap + ".wkv.weight", hd, d);
     a.kv_norm = ld.floats(ap + ".kv_norm.weight", {hd});
     a.wo_a = ld.matrix(ap + ".wo_a.weight", c.o_groups * c.o_lora_rank, heads * hd / c.o_groups);
-    if (a.wo_a.dtype == DType::F8_E4M3 && c.o_lora_rank % 128 != 0)
-      fail("checkpoint: FP8 '", ap, ".wo_a.weight' needs o_lora_rank divisible by 128 (its groups split scale blocks)");
     a.wo_b = ld.matrix(ap + ".wo_b.weight", d, c.o_groups * c.o_lora_rank);
     a.attn_sink = ld.floats(ap + ".attn_sink", {heads});
     const AttentionType type = c.layer_types[l];

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what Strata needs on a fresh Debian 12 machine (only the packages that are missing), then configures and
+# builds it. Usage: scripts/setup.sh [BUILD_DIR] [extra cmake args…]   (default BUILD_DIR: build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+[ $# -gt 0 ] && shift
+
+packages=(g++ cmake ninja-build ccache pkg-config nlohmann-json3-dev libgtest-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+ninja -C "$build"

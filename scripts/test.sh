@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): set up a fresh Debian 12 machine, build with warnings as errors, run every
+# test; then run them again under AddressSanitizer + UBSan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+
+bash scripts/setup.sh build -DSTRATA_WERROR=ON
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+bash scripts/setup.sh build-asan -DSTRATA_WERROR=ON -DSTRATA_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs"
+echo "all tests passed"

@@ -1,0 +1,50 @@
+#pragma once
+// Small helpers shared by the tests.
+#include <cstdint>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "model/safetensors.h"
+
+namespace strata::test {
+
+inline std::string fixture(const std::string& name) { return std::string(STRATA_FIXTURES) + "/" + name; }
+
+// A fresh directory under the system temp dir, unique per test.
+inline std::string temp_dir(const std::string& tag) {
+  namespace fs = std::filesystem;
+  const fs::path p = fs::temp_directory_path() / ("strata_test_" + tag + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+inline std::vector<float> floats_of(const model::TensorView& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  std::memcpy(v.data(), t.data, v.size() * 4);
+  return v;
+}
+
+inline std::vector<int64_t> int64s_of(const model::TensorView& t) {
+  std::vector<int64_t> v(static_cast<size_t>(t.numel()));
+  std::memcpy(v.data(), t.data, v.size() * 8);
+  return v;
+}
+
+// max |a - b| / max |b| over one row.
+inline double row_rel_error(const float* a, const float* b, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    num = std::max(num, static_cast<double>(std::fabs(a[i] - b[i])));
+    den = std::max(den, static_cast<double>(std::fabs(b[i])));
+  }
+  return num / std::max(den, 1e-30);
+}
+
+}  // namespace strata::test
