@@ -7,5 +7,6 @@ namespace strata::cli {
 // Each returns the process exit code; errors in the arguments or inputs throw strata::Error.
 int model_command(const std::vector<std::string>& args);
 int generate_command(const std::vector<std::string>& args);
+int bench_command(const std::vector<std::string>& args);
 
 }  // namespace strata::cli

@@ -15,6 +15,7 @@ usage: strata <command> [options]
 
 commands:
   generate   run a prompt through a model and print the generated token ids
+  bench      measure prefill and decode tokens/s of a checkpoint; writes JSON
   model      inspect a checkpoint (model info) or write a random-weight one (model init)
   version    print the version
 
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "generate") return strata::cli::generate_command(args);
     if (command == "model") return strata::cli::model_command(args);
+    if (command == "bench") return strata::cli::bench_command(args);
     if (command == "version" || command == "--version") {
       std::printf("strata %s\n", STRATA_VERSION);
       return 0;

@@ -104,9 +104,14 @@ void TensorStore::add_file(const std::string& path) {
       fail(path, ": truncated safetensors file: tensor '", name, "' ends at byte ", end, " of the data section but only ",
            data_size, " bytes are present");
     v.nbytes = end - begin;
-    if (static_cast<size_t>(v.numel()) * dtype_size(v.dtype) != v.nbytes)
+    // Multiply with overflow checks: a hostile shape must not wrap around to match the byte count.
+    size_t expected = dtype_size(v.dtype);
+    for (int64_t d : v.shape)
+      if (__builtin_mul_overflow(expected, static_cast<size_t>(d), &expected))
+        fail(path, ": tensor '", name, "': shape ", v.shape_str(), " is too large");
+    if (expected != v.nbytes)
       fail(path, ": tensor '", name, "': ", v.nbytes, " bytes for ", dtype_name(v.dtype), v.shape_str(), ", expected ",
-           static_cast<size_t>(v.numel()) * dtype_size(v.dtype));
+           expected);
     v.data = base + begin;
     if (v.nbytes) ranges.emplace_back(begin, end);
     if (tensors_.count(name)) fail(path, ": tensor '", name, "' also appears in ", tensors_[name].file);
