@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -100,7 +101,7 @@ int bench_command(const std::vector<std::string>& argv) {
       {"date", utc_now()},
       {"commit", args.str("commit", "unknown")},
       {"config",
-       {{"model", dir},
+       {{"model", std::filesystem::path(dir).filename().string()},
         {"num_hidden_layers", c.num_hidden_layers},
         {"hidden_size", c.hidden_size},
         {"num_attention_heads", c.num_attention_heads},
