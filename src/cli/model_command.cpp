@@ -24,8 +24,8 @@ options:
   --out DIR       where to write (created if missing)
   --layers N      number of layers (default: the preset's; the layer schedule repeats)
   --seed S        random seed (default 0)
-  --dtype T       f32, bf16 or fp8 (e4m3 with 128×128 block scales, DeepSeek's layout) for the matrices
-                  (default f32 for tiny, bf16 otherwise)
+  --dtype T       f32, bf16, fp8 (e4m3 with 128×128 block scales) or fp4 (the official V4 layout: MXFP4
+                  routed experts, e4m3 elsewhere, UE8M0 scales); default f32 for tiny, bf16 otherwise
 
 example:
   strata model init --preset tiny --seed 1 --out /tmp/tiny
@@ -49,12 +49,15 @@ int init(const std::vector<std::string>& argv) {
   const std::string preset = args.required("preset");
   const model::ModelConfig cfg = model::v4::preset_config(preset, args.integer("layers", 0));
   const std::string dtype = args.str("dtype", preset == "tiny" ? "f32" : "bf16");
-  if (dtype != "f32" && dtype != "bf16" && dtype != "fp8")
-    fail("option --dtype: expected f32, bf16 or fp8, found '", dtype, "'");
+  if (dtype != "f32" && dtype != "bf16" && dtype != "fp8" && dtype != "fp4")
+    fail("option --dtype: expected f32, bf16, fp8 or fp4, found '", dtype, "'");
   const std::string out = args.required("out");
   const int64_t seed = args.integer("seed", 0);
   if (seed < 0) fail("option --seed: expected a non-negative integer, found ", seed);
-  const DType matrix_dtype = dtype == "fp8" ? DType::F8_E4M3 : dtype == "bf16" ? DType::BF16 : DType::F32;
+  const DType matrix_dtype = dtype == "fp4"   ? DType::F4_E2M1X2
+                             : dtype == "fp8" ? DType::F8_E4M3
+                             : dtype == "bf16" ? DType::BF16
+                                               : DType::F32;
   model::v4::write_random_checkpoint(cfg, out, static_cast<uint64_t>(seed), matrix_dtype);
   std::printf("wrote %s (%s, %lld layers, seed %lld, %s)\n", out.c_str(), preset.c_str(),
               static_cast<long long>(cfg.num_hidden_layers), static_cast<long long>(seed), dtype.c_str());

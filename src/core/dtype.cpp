@@ -12,7 +12,7 @@ struct DTypeInfo {
   const char* name;
   size_t size;
 };
-constexpr std::array<DTypeInfo, 11> kDTypes = {{
+constexpr std::array<DTypeInfo, 11> kDTypes = {{  // F4_E2M1X2 is not a safetensors type (see dtype.h)
     {DType::F32, "F32", 4},
     {DType::F16, "F16", 2},
     {DType::BF16, "BF16", 2},
@@ -28,6 +28,7 @@ constexpr std::array<DTypeInfo, 11> kDTypes = {{
 }  // namespace
 
 const char* dtype_name(DType t) {
+  if (t == DType::F4_E2M1X2) return "F4_E2M1X2";
   for (const auto& d : kDTypes)
     if (d.type == t) return d.name;
   return "?";
@@ -88,6 +89,15 @@ uint8_t f32_to_fp8_e4m3(float f) {
   auto code = static_cast<uint8_t>(hi - kValues.begin());
   if (code > 0 && a - kValues[code - 1] <= *hi - a) --code;
   return static_cast<uint8_t>(code | sign);
+}
+
+uint8_t f32_to_fp4_e2m1(float f) {
+  static constexpr float kMagnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float a = std::fabs(f);
+  uint8_t best = 0;
+  for (uint8_t code = 1; code < 8; ++code)
+    if (std::fabs(kMagnitudes[code] - a) < std::fabs(kMagnitudes[best] - a)) best = code;
+  return static_cast<uint8_t>(best | (std::signbit(f) ? 0x8 : 0));
 }
 
 }  // namespace strata

@@ -26,6 +26,16 @@ void WeightRef::row_f32(int64_t r, float* out) const {
       for (int64_t c = 0; c < cols; ++c) out[c] = fp8_e4m3_to_f32(p[c]) * scales[c / block_cols];
       return;
     }
+    case DType::F4_E2M1X2: {
+      const uint8_t* p = data + r * (cols / 2);
+      const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
+      const float* scales = block_scales + ((r + scale_row_offset) / block_rows) * scale_cols;
+      for (int64_t c = 0; c < cols; c += 2) {
+        out[c] = fp4_e2m1_to_f32(p[c / 2] & 0xf) * scales[c / block_cols];
+        out[c + 1] = fp4_e2m1_to_f32(p[c / 2] >> 4) * scales[(c + 1) / block_cols];
+      }
+      return;
+    }
     default:
       for (int64_t c = 0; c < cols; ++c) out[c] = 0.0f;  // unreachable: the loader admits only the types above
   }
@@ -45,6 +55,12 @@ float WeightRef::at(int64_t r, int64_t c) const {
       return fp8_e4m3_to_f32(data[r * cols + c]) *
              block_scales[((r + scale_row_offset) / block_rows) * scale_cols + c / block_cols];
     }
+    case DType::F4_E2M1X2: {
+      const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
+      const uint8_t byte = data[r * (cols / 2) + c / 2];
+      return fp4_e2m1_to_f32(c % 2 ? byte >> 4 : byte & 0xf) *
+             block_scales[((r + scale_row_offset) / block_rows) * scale_cols + c / block_cols];
+    }
     default: return 0.0f;
   }
 }
@@ -52,7 +68,7 @@ float WeightRef::at(int64_t r, int64_t c) const {
 WeightRef WeightRef::row_slice(int64_t r0, int64_t n) const {
   WeightRef s = *this;
   s.rows = n;
-  s.data = data + r0 * cols * static_cast<int64_t>(dtype_size(dtype));
+  s.data = data + r0 * row_bytes();
   s.scale_row_offset = scale_row_offset + r0;
   return s;
 }

@@ -20,8 +20,9 @@ struct Mat {
 };
 
 // A weight matrix [rows = out features, cols = in features] viewed in its stored dtype (usually memory-mapped
-// from the checkpoint). FP8 weights carry one fp32 scale per block_rows × block_cols block, row-major over blocks:
-// dequantized = fp8 × scale (DeepSeek's layout).
+// from the checkpoint). Quantized weights carry one fp32 scale per block_rows × block_cols block, row-major over
+// blocks, dequantized = value × scale: FP8 e4m3 with 128×128 blocks (DeepSeek's layout), MXFP4 (F4_E2M1X2, two
+// values per byte) with 1×32 blocks.
 struct WeightRef {
   DType dtype = DType::F32;
   const uint8_t* data = nullptr;
@@ -30,6 +31,7 @@ struct WeightRef {
   int64_t block_rows = 128, block_cols = 128;
   int64_t scale_row_offset = 0;  // a row slice of a larger FP8 matrix indexes the parent's scale blocks
 
+  int64_t row_bytes() const { return dtype == DType::F4_E2M1X2 ? cols / 2 : cols * static_cast<int64_t>(dtype_size(dtype)); }
   // Rows [r0, r0 + n) as a matrix of their own (no copy).
   WeightRef row_slice(int64_t r0, int64_t n) const;
 

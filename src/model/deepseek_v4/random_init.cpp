@@ -17,13 +17,18 @@ namespace {
 // How a tensor's values are drawn.
 enum class Init { Linear, Embedding, Norm, Sink, PositionBias, HcFn, HcBase, HcScale, CorrectionBias, TokenToExpert };
 
+// How a matrix is stored: as-is, FP8 e4m3 with 128×128 block scales, or MXFP4 (packed E2M1 pairs, 1×32 blocks).
+enum class Storage { Plain, Fp8, Fp4 };
+
 struct Param {
-  TensorSpec spec;
+  TensorSpec spec;  // as written to the file
   Init init;
-  bool block_scale = false;  // the 128×128 block scales of the FP8 weight listed just before this one
+  Storage storage = Storage::Plain;
+  std::vector<int64_t> matrix;  // quantized weights and their scales: the logical [out, in] of the matrix
+  bool block_scale = false;     // the scales of the quantized weight listed just before this one
 };
 
-constexpr int64_t kBlock = 128;
+constexpr int64_t kFp8Block = 128, kFp4Block = 32;
 
 // splitmix64: a tiny, portable generator, so a seed gives the same checkpoint on every machine.
 struct Rng {
@@ -47,23 +52,33 @@ uint64_t name_seed(uint64_t seed, const std::string& name) {
 std::vector<Param> model_params(const ModelConfig& c, DType mdt) {
   std::vector<Param> ps;
   auto add = [&](const std::string& name, std::vector<int64_t> shape, Init init, DType dt = DType::F32) {
-    ps.push_back({{name, dt, std::move(shape)}, init});
+    ps.push_back({{name, dt, std::move(shape)}, init, Storage::Plain, {}, false});
   };
-  // FP8 checkpoints keep the vocabulary head and the compressor/indexer projections in BF16, as DeepSeek ships
-  // V4-Flash; every other matrix is e4m3 with a `.scale` tensor of per-block multipliers.
-  const bool fp8 = mdt == DType::F8_E4M3;
-  auto linear = [&](const std::string& name, int64_t out, int64_t in, bool quantizable = true) {
-    if (!fp8 || !quantizable) {
-      add(name, {out, in}, Init::Linear, fp8 ? DType::BF16 : mdt);
+  // Quantized checkpoints keep the vocabulary head and the compressor/indexer projections in BF16, as DeepSeek
+  // ships V4-Flash. `fp8`: every other matrix is e4m3 with fp32 block scales. `fp4` (the official V4 release's
+  // layout): routed experts are MXFP4 and the other matrices e4m3, all scales UE8M0 (powers of two).
+  const bool fp8 = mdt == DType::F8_E4M3, fp4 = mdt == DType::F4_E2M1X2, quantized = fp8 || fp4;
+  enum Role { Dense, RoutedExpert, KeepBf16 };
+  auto linear = [&](const std::string& name, int64_t out, int64_t in, Role role = Dense) {
+    if (!quantized || role == KeepBf16) {
+      add(name, {out, in}, Init::Linear, quantized ? DType::BF16 : mdt);
       return;
     }
-    add(name, {out, in}, Init::Linear, DType::F8_E4M3);
     const std::string base = name.substr(0, name.size() - std::string(".weight").size());
-    ps.push_back({{base + ".scale", DType::F32, {(out + kBlock - 1) / kBlock, (in + kBlock - 1) / kBlock}}, Init::Linear, true});
+    const DType scale_dtype = fp4 ? DType::F8_E8M0 : DType::F32;
+    if (fp4 && role == RoutedExpert) {
+      ps.push_back({{name, DType::I8, {out, in / 2}}, Init::Linear, Storage::Fp4, {out, in}, false});
+      ps.push_back({{base + ".scale", scale_dtype, {out, (in + kFp4Block - 1) / kFp4Block}}, Init::Linear,
+                    Storage::Fp4, {out, in}, true});
+      return;
+    }
+    ps.push_back({{name, DType::F8_E4M3, {out, in}}, Init::Linear, Storage::Fp8, {out, in}, false});
+    ps.push_back({{base + ".scale", scale_dtype, {(out + kFp8Block - 1) / kFp8Block, (in + kFp8Block - 1) / kFp8Block}},
+                  Init::Linear, Storage::Fp8, {out, in}, true});
   };
   const int64_t d = c.hidden_size, hc = c.hc_mult, mix = (2 + hc) * hc, heads = c.num_attention_heads, hd = c.head_dim;
-  add("embed.weight", {c.vocab_size, d}, Init::Embedding, fp8 ? DType::BF16 : mdt);
-  linear("head.weight", c.vocab_size, d, false);
+  add("embed.weight", {c.vocab_size, d}, Init::Embedding, quantized ? DType::BF16 : mdt);
+  linear("head.weight", c.vocab_size, d, KeepBf16);
   add("norm.weight", {d}, Init::Norm);
   add("hc_head_fn", {hc, hc * d}, Init::HcFn);
   add("hc_head_base", {hc}, Init::HcBase);
@@ -88,8 +103,8 @@ std::vector<Param> model_params(const ModelConfig& c, DType mdt) {
     add(a + ".attn_sink", {heads}, Init::Sink);
     auto compressor = [&](const std::string& q, int64_t rate, int64_t dim, bool overlap) {
       const int64_t width = overlap ? 2 * dim : dim;
-      linear(q + ".wkv.weight", width, d, false);
-      linear(q + ".wgate.weight", width, d, false);
+      linear(q + ".wkv.weight", width, d, KeepBf16);
+      linear(q + ".wgate.weight", width, d, KeepBf16);
       add(q + ".ape", {rate, width}, Init::PositionBias);
       add(q + ".norm.weight", {dim}, Init::Norm);
     };
@@ -97,7 +112,7 @@ std::vector<Param> model_params(const ModelConfig& c, DType mdt) {
     if (t != AttentionType::Sliding) compressor(a + ".compressor", c.compress_rate(l), hd, t == AttentionType::CompressedSparse);
     if (t == AttentionType::CompressedSparse) {
       linear(a + ".indexer.wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
-      linear(a + ".indexer.weights_proj.weight", c.index_n_heads, d, false);
+      linear(a + ".indexer.weights_proj.weight", c.index_n_heads, d, KeepBf16);
       compressor(a + ".indexer.compressor", c.compress_rate(l), c.index_head_dim, true);
     }
     const std::string f = p + ".ffn";
@@ -106,33 +121,38 @@ std::vector<Param> model_params(const ModelConfig& c, DType mdt) {
       add(f + ".gate.tid2eid", {c.vocab_size, c.num_experts_per_tok}, Init::TokenToExpert, DType::I64);
     else
       add(f + ".gate.bias", {c.n_routed_experts}, Init::CorrectionBias);
-    auto expert = [&](const std::string& q) {
-      linear(q + ".w1.weight", c.moe_intermediate_size, d);
-      linear(q + ".w2.weight", d, c.moe_intermediate_size);
-      linear(q + ".w3.weight", c.moe_intermediate_size, d);
+    auto expert = [&](const std::string& q, Role role) {
+      linear(q + ".w1.weight", c.moe_intermediate_size, d, role);
+      linear(q + ".w2.weight", d, c.moe_intermediate_size, role);
+      linear(q + ".w3.weight", c.moe_intermediate_size, d, role);
     };
-    for (int64_t e = 0; e < c.n_routed_experts; ++e) expert(f + ".experts." + std::to_string(e));
-    if (c.n_shared_experts > 0) expert(f + ".shared_experts");
+    for (int64_t e = 0; e < c.n_routed_experts; ++e) expert(f + ".experts." + std::to_string(e), RoutedExpert);
+    if (c.n_shared_experts > 0) expert(f + ".shared_experts", Dense);
   }
   return ps;
 }
 
-// Block-wise e4m3 quantization: scale = amax(block) / 448, code = round(value / scale).
-void quantize_fp8(const std::vector<float>& v, int64_t rows, int64_t cols, std::vector<uint8_t>& codes,
-                  std::vector<float>& scales) {
-  const int64_t br = (rows + kBlock - 1) / kBlock, bc = (cols + kBlock - 1) / kBlock;
-  scales.assign(static_cast<size_t>(br * bc), 0.0f);
+// Block-wise quantization of a [rows, cols] matrix: scale = amax(block) / max_code (rounded up to a power of two
+// when `pow2`, for UE8M0 storage), code = nearest(value / scale).
+template <typename Encode>
+void quantize_blocks(const std::vector<float>& v, int64_t rows, int64_t cols, int64_t block_rows, int64_t block_cols,
+                     float max_code, bool pow2, Encode encode, std::vector<uint8_t>& codes, std::vector<float>& scales) {
+  const int64_t bc = (cols + block_cols - 1) / block_cols;
+  scales.assign(static_cast<size_t>(((rows + block_rows - 1) / block_rows) * bc), 0.0f);
+  auto scale_at = [&](int64_t r, int64_t k) -> float& {
+    return scales[static_cast<size_t>((r / block_rows) * bc + k / block_cols)];
+  };
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < cols; ++k) scale_at(r, k) = std::max(scale_at(r, k), std::fabs(v[static_cast<size_t>(r * cols + k)]));
+  for (float& s : scales) {
+    s = s > 0 ? s / max_code : 1.0f;
+    if (pow2) s = std::ldexp(1.0f, static_cast<int>(std::ceil(std::log2(s))));
+  }
   codes.resize(v.size());
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t k = 0; k < cols; ++k) {
-      float& s = scales[static_cast<size_t>((r / kBlock) * bc + k / kBlock)];
-      s = std::max(s, std::fabs(v[static_cast<size_t>(r * cols + k)]));
-    }
-  for (float& s : scales) s = s > 0 ? s / 448.0f : 1.0f;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t k = 0; k < cols; ++k) {
       const size_t i = static_cast<size_t>(r * cols + k);
-      codes[i] = f32_to_fp8_e4m3(v[i] / scales[static_cast<size_t>((r / kBlock) * bc + k / kBlock)]);
+      codes[i] = encode(v[i] / scale_at(r, k));
     }
 }
 
@@ -155,7 +175,7 @@ std::vector<int64_t> draw_token_to_expert(const Param& p, const ModelConfig& c, 
 
 std::vector<float> draw_values(const Param& p, uint64_t seed) {
   Rng rng{name_seed(seed, p.spec.name)};
-  const auto& shape = p.spec.shape;
+  const auto& shape = p.matrix.empty() ? p.spec.shape : p.matrix;
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
   std::vector<float> v(static_cast<size_t>(n));
@@ -187,13 +207,29 @@ void fill_values(const std::vector<Param>& params, size_t index, const ModelConf
                  std::vector<uint8_t>& bytes) {
   const Param& p = params[index];
   if (p.init == Init::TokenToExpert) return copy_bytes(draw_token_to_expert(p, c, seed), bytes);
-  if (p.spec.dtype == DType::F8_E4M3 || p.block_scale) {
-    // An FP8 weight and its scales come from the same draw; the writer asks for each separately.
+  if (p.storage != Storage::Plain) {
+    // A quantized weight and its scales come from the same draw; the writer asks for each separately.
     const Param& w = p.block_scale ? params[index - 1] : p;
+    const int64_t rows = p.matrix[0], cols = p.matrix[1];
+    const bool fp4 = p.storage == Storage::Fp4;
+    const DType scale_dtype = p.block_scale ? p.spec.dtype : params[index + 1].spec.dtype;
     std::vector<uint8_t> codes;
     std::vector<float> scales;
-    quantize_fp8(draw_values(w, seed), w.spec.shape[0], w.spec.shape[1], codes, scales);
-    return p.block_scale ? copy_bytes(scales, bytes) : copy_bytes(codes, bytes);
+    if (fp4)
+      quantize_blocks(draw_values(w, seed), rows, cols, 1, kFp4Block, 6.0f, true, f32_to_fp4_e2m1, codes, scales);
+    else
+      quantize_blocks(draw_values(w, seed), rows, cols, kFp8Block, kFp8Block, 448.0f, scale_dtype == DType::F8_E8M0,
+                      f32_to_fp8_e4m3, codes, scales);
+    if (!p.block_scale) {
+      if (!fp4) return copy_bytes(codes, bytes);
+      std::vector<uint8_t> packed(codes.size() / 2);  // low nibble = even column
+      for (size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<uint8_t>(codes[2 * i] | (codes[2 * i + 1] << 4));
+      return copy_bytes(packed, bytes);
+    }
+    if (scale_dtype == DType::F32) return copy_bytes(scales, bytes);
+    std::vector<uint8_t> exponents(scales.size());  // UE8M0: 2^(e - 127)
+    for (size_t i = 0; i < scales.size(); ++i) exponents[i] = static_cast<uint8_t>(std::ilogb(scales[i]) + 127);
+    return copy_bytes(exponents, bytes);
   }
   const std::vector<float> v = draw_values(p, seed);
   if (p.spec.dtype != DType::BF16) return copy_bytes(v, bytes);
@@ -205,10 +241,18 @@ void fill_values(const std::vector<Param>& params, size_t index, const ModelConf
 }  // namespace
 
 void write_random_checkpoint(const ModelConfig& config, const std::string& dir, uint64_t seed, DType matrix_dtype) {
-  if (matrix_dtype != DType::F32 && matrix_dtype != DType::BF16 && matrix_dtype != DType::F8_E4M3)
-    fail("model init: matrices must be F32, BF16 or F8_E4M3, got ", dtype_name(matrix_dtype));
+  if (matrix_dtype != DType::F32 && matrix_dtype != DType::BF16 && matrix_dtype != DType::F8_E4M3 &&
+      matrix_dtype != DType::F4_E2M1X2)
+    fail("model init: matrices must be F32, BF16, F8_E4M3 or F4_E2M1X2, got ", dtype_name(matrix_dtype));
   ModelConfig cfg = config;
   if (matrix_dtype == DType::F8_E4M3) cfg.quantization = QuantConfig{};
+  if (matrix_dtype == DType::F4_E2M1X2) {
+    if (cfg.hidden_size % kFp4Block != 0 || cfg.moe_intermediate_size % kFp4Block != 0)
+      fail("model init: FP4 experts need hidden_size and moe_intermediate_size divisible by ", kFp4Block);
+    cfg.quantization = QuantConfig{};
+    cfg.quantization->scale_fmt = "ue8m0";
+    cfg.expert_dtype = "fp4";
+  }
   std::filesystem::create_directories(dir);
   {
     std::ofstream out(dir + "/config.json");

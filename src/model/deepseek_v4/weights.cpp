@@ -1,5 +1,6 @@
 #include "model/deepseek_v4/weights.h"
 
+#include <array>
 #include <cstring>
 #include <set>
 
@@ -20,7 +21,10 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 // anything left over can be reported as unexpected.
 class Loader {
  public:
-  Loader(const TensorStore& store, ModelWeights& out) : store_(store), out_(out) {}
+  Loader(const TensorStore& store, ModelWeights& out, const ModelConfig& c) : store_(store), out_(out) {
+    if (c.quantization && c.quantization->weight_block_size.size() == 2)
+      fp8_block_ = {c.quantization->weight_block_size[0], c.quantization->weight_block_size[1]};
+  }
 
   const TensorView* try_find(const std::string& official) {
     for (const std::string& alias : name_aliases(official))
@@ -45,23 +49,32 @@ class Loader {
   }
 
   WeightRef matrix_of(const TensorView& t, const std::string& official_base, int64_t rows, int64_t cols) {
-    check_shape(t, {rows, cols});
     WeightRef w;
     w.dtype = t.dtype;
     w.data = t.data;
     w.rows = rows;
     w.cols = cols;
+    // MXFP4 (DeepSeek's FP4 experts): [rows, cols/2] bytes of packed E2M1 pairs, one UE8M0 scale per 1×32 block.
+    const bool packed_fp4 = (t.dtype == DType::I8 || t.dtype == DType::U8) && cols % 32 == 0 &&
+                            t.shape == std::vector<int64_t>{rows, cols / 2};
+    if (packed_fp4) {
+      w.dtype = DType::F4_E2M1X2;
+      attach_block_scales(t, official_base, w, 1, 32);
+      return w;
+    }
+    check_shape(t, {rows, cols});
     switch (t.dtype) {
       case DType::F32:
       case DType::BF16:
       case DType::F16:
         return w;
       case DType::F8_E4M3:
-        attach_block_scales(t, official_base, w);
+        attach_block_scales(t, official_base, w, fp8_block_[0], fp8_block_[1]);
         return w;
       default:
         fail("checkpoint: tensor '", t.name, "' has dtype ", dtype_name(t.dtype),
-             "; weights must be F32, BF16, F16 or F8_E4M3 (with block scales)");
+             "; weights must be F32, BF16, F16, F8_E4M3 (with block scales) or packed FP4 (I8/U8 [rows, cols/2] "
+             "with 1x32 scales)");
     }
   }
 
@@ -134,12 +147,12 @@ class Loader {
   }
 
  private:
-  void attach_block_scales(const TensorView& t, const std::string& official_base, WeightRef& w) {
+  void attach_block_scales(const TensorView& t, const std::string& official_base, WeightRef& w, int64_t br,
+                           int64_t bc) {
     const TensorView* s = try_find(official_base + ".scale");
     if (!s) s = try_find(official_base + ".weight_scale_inv");
-    if (!s) fail("checkpoint: FP8 tensor '", t.name, "' has no block-scale tensor ('", official_base, ".scale' or '",
-                 official_base, ".weight_scale_inv')");
-    const int64_t br = 128, bc = 128;
+    if (!s) fail("checkpoint: ", dtype_name(w.dtype), " tensor '", t.name, "' has no block-scale tensor ('",
+                 official_base, ".scale' or '", official_base, ".weight_scale_inv')");
     const std::vector<int64_t> want = {(w.rows + br - 1) / br, (w.cols + bc - 1) / bc};
     check_shape(*s, want);
     auto scales = std::make_shared<std::vector<float>>(to_floats(*s));
@@ -151,6 +164,7 @@ class Loader {
 
   const TensorStore& store_;
   ModelWeights& out_;
+  std::array<int64_t, 2> fp8_block_ = {128, 128};  // quantization_config.weight_block_size
   std::set<std::string> used_;
 };
 
@@ -203,7 +217,7 @@ CompressorWeights load_compressor(Loader& ld, const std::string& prefix, const M
 ModelWeights load_weights(const ModelConfig& c, std::shared_ptr<TensorStore> store) {
   ModelWeights mw;
   mw.store = store;
-  Loader ld(*store, mw);
+  Loader ld(*store, mw, c);
   const int64_t d = c.hidden_size, hc = c.hc_mult, mix = (2 + hc) * hc, heads = c.num_attention_heads, hd = c.head_dim;
   mw.embed = ld.matrix("embed.weight", c.vocab_size, d);
   if (c.tie_word_embeddings && !ld.try_find("head.weight"))
