@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 [ $# -gt 0 ] && shift
 
-packages=(g++ cmake ninja-build ccache pkg-config nlohmann-json3-dev libgtest-dev)
+packages=(g++ cmake ninja-build ccache pkg-config nlohmann-json3-dev libgtest-dev libpcre2-dev nodejs npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -20,5 +20,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+bash scripts/fetch_test_data.sh
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 ninja -C "$build"
