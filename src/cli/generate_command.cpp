@@ -9,6 +9,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "engine/sampler.h"
 #include "model/deepseek_v4/model.h"
 #include "model/safetensors.h"
 
@@ -23,7 +24,9 @@ options:
   --prompt-ids IDS     comma-separated prompt token ids, e.g. 5,6,7
   --max-tokens N       tokens to generate (default 16)
   --temperature T      0 = greedy (default); > 0 samples from softmax(logits / T)
-  --seed S             sampling seed (default 0)
+  --top-p P, --top-k K, --min-p P, --repetition-penalty R, --presence-penalty P, --frequency-penalty F
+                       the usual sampling controls (OpenAI / vLLM semantics)
+  --seed S             sampling seed (default 0): the same seed gives the same tokens
   --chunk N            prefill the prompt in chunks of N tokens (default: all at once); logits are the same
   --ignore-eos         keep generating past the config's eos_token_id
   --dump-logits FILE   write a safetensors file: prompt_logits [L, V] (every prompt position), gen_logits [N, V]
@@ -37,33 +40,11 @@ example:
   strata generate --model /tmp/tiny --prompt-ids 5,6,7 --max-tokens 8 --temperature 0
 )";
 
-int32_t pick_token(const float* logits, int64_t vocab, double temperature, uint64_t& rng_state) {
-  if (temperature <= 0) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < vocab; ++i)
-      if (logits[i] > logits[best]) best = i;
-    return static_cast<int32_t>(best);
-  }
-  double max_logit = -INFINITY;
-  for (int64_t i = 0; i < vocab; ++i) max_logit = std::max(max_logit, static_cast<double>(logits[i]));
-  std::vector<double> p(static_cast<size_t>(vocab));
-  double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) sum += p[i] = std::exp((logits[i] - max_logit) / temperature);
-  // xorshift64* step: a uniform draw in [0, 1).
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  const double u = static_cast<double>((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0 * sum;
-  double acc = 0;
-  for (int64_t i = 0; i < vocab; ++i)
-    if ((acc += p[i]) > u) return static_cast<int32_t>(i);
-  return static_cast<int32_t>(vocab - 1);
-}
-
 }  // namespace
 
 int generate_command(const std::vector<std::string>& argv) {
-  const Args args(argv, {"model", "prompt-ids", "max-tokens", "temperature", "seed", "chunk", "dump-logits", "dump-hidden"},
+  const Args args(argv, {"model", "prompt-ids", "max-tokens", "temperature", "top-p", "top-k", "min-p", "repetition-penalty",
+                   "presence-penalty", "frequency-penalty", "seed", "chunk", "dump-logits", "dump-hidden"},
                   {"help", "ignore-eos"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
@@ -71,16 +52,27 @@ int generate_command(const std::vector<std::string>& argv) {
   }
   const std::string dir = args.required("model");
   const std::vector<int32_t> prompt = parse_id_list(args.required("prompt-ids"), "prompt-ids");
-  const int64_t max_tokens = args.integer("max-tokens", 16);
-  if (max_tokens < 0) fail("option --max-tokens: expected a non-negative integer, found ", max_tokens);
-  const double temperature = args.number("temperature", 0.0);
-  if (temperature < 0 || !std::isfinite(temperature)) fail("option --temperature: expected a number ≥ 0, found ", temperature);
+  engine::SamplingParams sampling;
+  sampling.max_tokens = args.integer("max-tokens", 16);
+  sampling.temperature = args.number("temperature", 0.0);
+  sampling.top_p = args.number("top-p", 1.0);
+  sampling.top_k = args.integer("top-k", 0);
+  sampling.min_p = args.number("min-p", 0.0);
+  sampling.repetition_penalty = args.number("repetition-penalty", 1.0);
+  sampling.presence_penalty = args.number("presence-penalty", 0.0);
+  sampling.frequency_penalty = args.number("frequency-penalty", 0.0);
+  const int64_t seed = args.integer("seed", 0);
+  if (seed < 0) fail("option --seed: expected a non-negative integer, found ", seed);
   const int64_t chunk = args.integer("chunk", 0);
   if (chunk < 0) fail("option --chunk: expected a positive chunk size, found ", chunk);
-  uint64_t rng_state = static_cast<uint64_t>(args.integer("seed", 0)) * 0x9e3779b97f4a7c15ull + 0x2545f4914f6cdd1dull;
 
   const model::v4::Model m = model::v4::load_model(dir);
   const int64_t vocab = m.config().vocab_size;
+  try {
+    sampling.validate(vocab);
+  } catch (const Error& e) {
+    fail("sampling option ", e.what());  // names the parameter, e.g. "top_p: expected a number in (0, 1]…"
+  }
   for (int32_t id : prompt)
     if (id >= vocab) fail("option --prompt-ids: token id ", id, " is outside the model's vocabulary [0, ", vocab, ")");
   const bool dump = args.has("dump-logits");
@@ -106,12 +98,17 @@ int generate_command(const std::vector<std::string>& argv) {
   std::vector<float> gen_logits;
   const float* logits = last.row(last.rows - 1);
   const auto& eos = m.config().eos_token_ids;
-  for (int64_t i = 0; i < max_tokens; ++i) {
-    const int32_t token = pick_token(logits, vocab, temperature, rng_state);
+  engine::TokenHistory history;
+  history.add_prompt(prompt);
+  for (int64_t i = 0; i < sampling.max_tokens; ++i) {
+    const int32_t token =
+        engine::sample_token({logits, static_cast<size_t>(vocab)}, sampling, history, static_cast<uint64_t>(seed),
+                             static_cast<uint64_t>(i)).id;
+    history.add_output(token);
     generated.push_back(token);
     if (dump) gen_logits.insert(gen_logits.end(), logits, logits + vocab);
     const bool is_eos = std::find(eos.begin(), eos.end(), token) != eos.end();
-    if (i + 1 == max_tokens || (is_eos && !args.has("ignore-eos"))) break;
+    if (i + 1 == sampling.max_tokens || (is_eos && !args.has("ignore-eos"))) break;
     last = m.forward({token}, state, false);
     logits = last.row(0);
   }

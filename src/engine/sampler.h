@@ -1,0 +1,43 @@
+#pragma once
+// Token selection for one sequence: penalties, temperature, top-k / min-p / top-p filtering, and a draw from a
+// counter-based random stream so a seeded request samples the same tokens however it is batched.
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/sampling_params.h"
+
+namespace strata::engine {
+
+// Which tokens a sequence has seen, for the penalties: repetition looks at prompt and output, presence and
+// frequency at the output only (OpenAI / vLLM semantics).
+class TokenHistory {
+ public:
+  void add_prompt(std::span<const int32_t> ids);
+  void add_output(int32_t id);
+  const std::unordered_set<int32_t>& seen() const { return seen_; }
+  const std::unordered_map<int32_t, int32_t>& output_counts() const { return output_counts_; }
+
+ private:
+  std::unordered_set<int32_t> seen_;
+  std::unordered_map<int32_t, int32_t> output_counts_;
+};
+
+struct SampledToken {
+  int32_t id = 0;
+  float logprob = 0;                              // of the chosen token under the model's raw distribution
+  std::vector<std::pair<int32_t, float>> top;     // the `logprobs` most likely tokens, most likely first
+};
+
+// A uniform number in [0, 1) that depends only on (seed, counter): the request's seed and its output position.
+double counter_uniform(uint64_t seed, uint64_t counter);
+
+// Chooses the next token from `logits` (one row, the vocabulary). `step` is the index of the token being
+// generated within its sequence; it selects the random draw. Logprobs are those of the unmodified logits, as
+// vLLM reports them by default.
+SampledToken sample_token(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history,
+                          uint64_t seed, uint64_t step);
+
+}  // namespace strata::engine

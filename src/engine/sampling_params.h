@@ -1,0 +1,31 @@
+#pragma once
+// What a request asks of token selection (OpenAI / vLLM names). Validated once, at admission.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace strata::engine {
+
+struct SamplingParams {
+  double temperature = 1.0;        // 0 = greedy
+  double top_p = 1.0;              // nucleus: keep the smallest set of tokens whose probability reaches top_p
+  int64_t top_k = 0;               // 0 = off
+  double min_p = 0.0;              // drop tokens below min_p × the most likely token's probability
+  double presence_penalty = 0.0;   // subtracted once from tokens that appeared in the output
+  double frequency_penalty = 0.0;  // subtracted per occurrence in the output
+  double repetition_penalty = 1.0; // > 1 discourages tokens seen in prompt or output (divides positive logits)
+  std::optional<uint64_t> seed;    // same seed → same tokens, whatever else runs in the batch
+  int64_t max_tokens = 16;
+  std::vector<std::string> stop;   // stop strings (not emitted)
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  std::optional<int64_t> logprobs;  // return the sampled token's logprob and this many top alternatives
+  int64_t n = 1;                    // completions per request
+
+  // Throws strata::Error naming the first invalid parameter, e.g. "top_p: expected a number in (0, 1], found 0".
+  void validate(int64_t vocab_size) const;
+  bool greedy() const { return temperature == 0.0; }
+};
+
+}  // namespace strata::engine
