@@ -116,6 +116,38 @@ TEST_F(ChunkingTest, AnyPrefillChunkingThenDecodeEqualsOneForward) {
   }
 }
 
+// Sequences at different positions — some prefilling, some decoding — batched into one step give exactly the
+// logits each gets alone: batching never changes results.
+TEST_F(ChunkingTest, BatchedSequencesMatchSoloRunsBitForBit) {
+  const Model m = model::v4::load_model(dir_);
+  const int n_seq = 4;
+  auto token = [](int seq, int64_t i) { return static_cast<int32_t>((i * 131 + seq * 977 + 5) % 512); };
+  std::vector<SequenceState> solo(n_seq), batched(n_seq);
+  for (int q = 0; q < n_seq; ++q) solo[q] = m.new_sequence(), batched[q] = m.new_sequence();
+  // Step schedule per sequence: (tokens this step); sequences start at different times and prefill differently.
+  const std::vector<std::vector<int64_t>> steps = {{130, 1, 1, 5, 1, 1}, {1, 1, 1, 1, 1, 1}, {7, 64, 1, 1, 129, 1},
+                                                   {200, 1, 3, 1, 1, 1}};
+  std::vector<int64_t> done(n_seq, 0);
+  for (size_t step = 0; step < steps[0].size(); ++step) {
+    std::vector<model::v4::SequenceChunk> chunks;
+    std::vector<Mat> expected;
+    for (int q = 0; q < n_seq; ++q) {
+      std::vector<int32_t> toks;
+      for (int64_t i = 0; i < steps[q][step]; ++i) toks.push_back(token(q, done[q] + i));
+      done[q] += steps[q][step];
+      const bool all = q % 2 == 0;
+      expected.push_back(m.forward(toks, solo[q], all));
+      chunks.push_back({toks, &batched[q], all});
+    }
+    const std::vector<Mat> got = m.forward_batch(chunks);
+    for (int q = 0; q < n_seq; ++q) {
+      ASSERT_EQ(got[q].v.size(), expected[q].v.size());
+      ASSERT_EQ(0, std::memcmp(got[q].v.data(), expected[q].v.data(), got[q].v.size() * 4))
+          << "sequence " << q << " step " << step;
+    }
+  }
+}
+
 TEST_F(ChunkingTest, RejectsTokensOutsideTheVocabulary) {
   const Model m = model::v4::load_model(dir_);
   SequenceState st = m.new_sequence();

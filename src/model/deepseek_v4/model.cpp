@@ -20,6 +20,13 @@ struct Model::HcMix {
   std::vector<float> comb;  // [tokens, hc, hc]   doubly-stochastic stream mixer, comb[j][k]: stream j → k
 };
 
+struct Model::Rows {
+  std::vector<int64_t> position;  // absolute position of each row
+  std::vector<int64_t> sequence;  // index into the chunks of each row
+  std::vector<int64_t> first;     // first row of each chunk
+  std::vector<int64_t> pos0;      // position of each chunk's first row
+};
+
 Model::Model(ModelConfig config, ModelWeights weights)
     : cfg_(std::move(config)),
       w_(std::move(weights)),
@@ -134,11 +141,11 @@ void Model::hc_post(const HcMix& m, const Mat& block_out, Mat& streams) const {
 // Gated pooling of every `rate` tokens into one entry (paper §2.3.1 eqs. 9–12 with overlap, §2.3.2 eqs. 20–23).
 // Each channel's pooling weights are a softmax over the window's gate logits plus a learned position bias; CSA
 // windows also include the previous window's first-half projections (width 2·rate, stride rate).
-void Model::compress(const CompressorWeights& w, const Mat& x, CompressorState& st) const {
-  const Mat kv = linear(x, w.wkv), gate = linear(x, w.wgate);
+void Model::compress(const CompressorWeights& w, const Mat& kv, const Mat& gate, int64_t first_row, int64_t n_rows,
+                     CompressorState& st) const {
   const int64_t rate = st.rate, dim = st.dim, width = st.width;
   const int64_t rope_half = rope_compress_.half();
-  for (int64_t s = 0; s < x.rows; ++s) {
+  for (int64_t s = first_row; s < first_row + n_rows; ++s) {
     std::copy(kv.row(s), kv.row(s) + width, st.pending_kv.begin() + st.n_pending * width);
     std::copy(gate.row(s), gate.row(s) + width, st.pending_gate.begin() + st.n_pending * width);
     if (++st.n_pending < rate) continue;
@@ -184,9 +191,13 @@ void Model::compress(const CompressorWeights& w, const Mat& x, CompressorState& 
 // Lightning Indexer (paper §2.3.1 eqs. 13–17): score(t, s) = Σ_h w_{t,h} · ReLU(q_{t,h} · K_s), then keep the
 // top-k entries among those whose window has closed by the query's position.
 std::vector<std::vector<int32_t>> Model::indexer_topk(const IndexerWeights& w, const Mat& x, const Mat& q_residual,
-                                                      int64_t pos0, CompressorState& st) const {
-  compress(w.compressor, x, st);
-  const int64_t n_heads = cfg_.index_n_heads, hd = cfg_.index_head_dim, rate = st.rate;
+                                                      const Rows& rows, std::vector<SequenceChunk>& chunks,
+                                                      int64_t layer) const {
+  const Mat kv = linear(x, w.compressor.wkv), gate = linear(x, w.compressor.wgate);
+  for (size_t c = 0; c < chunks.size(); ++c)
+    compress(w.compressor, kv, gate, rows.first[c], static_cast<int64_t>(chunks[c].tokens.size()),
+             chunks[c].state->layers[layer].indexer);
+  const int64_t n_heads = cfg_.index_n_heads, hd = cfg_.index_head_dim;
   const int64_t rope_half = rope_compress_.half();
   Mat q = linear(q_residual, w.wq_b);
   const Mat head_w = linear(x, w.weights_proj);
@@ -195,12 +206,13 @@ std::vector<std::vector<int32_t>> Model::indexer_topk(const IndexerWeights& w, c
   std::vector<std::vector<int32_t>> picks(static_cast<size_t>(x.rows));
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t s = 0; s < x.rows; ++s) {
-    const int64_t pos = pos0 + s;
+    const int64_t pos = rows.position[s];
+    const CompressorState& st = chunks[rows.sequence[s]].state->layers[layer].indexer;
     std::vector<float> cos(static_cast<size_t>(rope_half)), sin(static_cast<size_t>(rope_half));
     rope_compress_.cos_sin(pos, cos.data(), sin.data());
     for (int64_t h = 0; h < n_heads; ++h)
       cpu::rope_interleaved(q.row(s) + h * hd + hd - 2 * rope_half, rope_half, cos.data(), sin.data(), false);
-    const int64_t visible = std::min((pos + 1) / rate, st.n_entries);
+    const int64_t visible = std::min((pos + 1) / st.rate, st.n_entries);
     std::vector<float> score(static_cast<size_t>(visible), 0.0f);
     for (int64_t t = 0; t < visible; ++t) {
       float acc = 0;
@@ -223,13 +235,14 @@ std::vector<std::vector<int32_t>> Model::indexer_topk(const IndexerWeights& w, c
 }
 
 // Shared-KV MQA with sinks over the sliding window plus compressed entries (paper §2.3).
-Mat Model::attention(int64_t layer, const Mat& x, int64_t pos0, LayerState& st) const {
+Mat Model::attention(int64_t layer, const Mat& x, const Rows& rows, std::vector<SequenceChunk>& chunks) const {
   const AttentionWeights& w = w_.layers[layer].attn;
   const int64_t n = x.rows, heads = cfg_.num_attention_heads, hd = cfg_.head_dim, window = cfg_.sliding_window;
   const RopeTable& rope = cfg_.layer_types[layer] == AttentionType::Sliding ? rope_main_ : rope_compress_;
   const int64_t half = rope.half(), nope = hd - 2 * half;
   std::vector<float> cos(static_cast<size_t>(n * half)), sin(static_cast<size_t>(n * half));
-  for (int64_t s = 0; s < n; ++s) rope.cos_sin(pos0 + s, cos.data() + s * half, sin.data() + s * half);
+  for (int64_t s = 0; s < n; ++s) rope.cos_sin(rows.position[s], cos.data() + s * half, sin.data() + s * half);
+  auto state_of = [&](int64_t row) -> LayerState& { return chunks[rows.sequence[row]].state->layers[layer]; };
 
   Mat q_residual = linear(x, w.wq_a);
   rms_norm_rows(q_residual, w.q_norm.data(), cfg_.rms_norm_eps);
@@ -247,18 +260,24 @@ Mat Model::attention(int64_t layer, const Mat& x, int64_t pos0, LayerState& st) 
   }
 
   std::vector<std::vector<int32_t>> picks;
-  if (w.compressor) compress(*w.compressor, x, st.compressor);
-  if (w.indexer) picks = indexer_topk(*w.indexer, x, q_residual, pos0, st.indexer);
+  if (w.compressor) {
+    const Mat ckv = linear(x, w.compressor->wkv), cgate = linear(x, w.compressor->wgate);
+    for (size_t c = 0; c < chunks.size(); ++c)
+      compress(*w.compressor, ckv, cgate, rows.first[c], static_cast<int64_t>(chunks[c].tokens.size()),
+               chunks[c].state->layers[layer].compressor);
+  }
+  if (w.indexer) picks = indexer_topk(*w.indexer, x, q_residual, rows, chunks, layer);
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   Mat out(n, heads * hd);
 #pragma omp parallel for collapse(2) schedule(dynamic, 4)
   for (int64_t s = 0; s < n; ++s) {
     for (int64_t h = 0; h < heads; ++h) {
-      const int64_t pos = pos0 + s;
+      const int64_t pos = rows.position[s], pos0 = rows.pos0[rows.sequence[s]], first = rows.first[rows.sequence[s]];
+      const LayerState& st = state_of(s);
       std::vector<const float*> keys;
       for (int64_t j = std::max<int64_t>(0, pos - window + 1); j <= pos; ++j)
-        keys.push_back(j >= pos0 ? kv.row(j - pos0) : st.swa.data() + (j % window) * hd);
+        keys.push_back(j >= pos0 ? kv.row(first + j - pos0) : st.swa.data() + (j % window) * hd);
       if (w.indexer) {
         for (int32_t e : picks[s]) keys.push_back(st.compressor.entry(e));
       } else if (w.compressor) {
@@ -277,8 +296,12 @@ Mat Model::attention(int64_t layer, const Mat& x, int64_t pos0, LayerState& st) 
       cpu::rope_interleaved(o + nope, half, cos.data() + s * half, sin.data() + s * half, true);
     }
   }
-  for (int64_t s = std::max<int64_t>(0, n - window); s < n; ++s)
-    std::copy(kv.row(s), kv.row(s) + hd, st.swa.begin() + ((pos0 + s) % window) * hd);
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const int64_t first = rows.first[c], count = static_cast<int64_t>(chunks[c].tokens.size());
+    std::vector<float>& swa = chunks[c].state->layers[layer].swa;
+    for (int64_t s = std::max<int64_t>(0, count - window); s < count; ++s)
+      std::copy(kv.row(first + s), kv.row(first + s) + hd, swa.begin() + ((rows.pos0[c] + s) % window) * hd);
+  }
 
   // Grouped output projection: each group of heads → o_lora_rank, then one mix to hidden.
   const int64_t groups = cfg_.o_groups, group_in = heads * hd / groups, rank = cfg_.o_lora_rank;
@@ -360,12 +383,33 @@ Mat Model::moe(const MoeWeights& w, const Mat& x, const std::vector<int32_t>& to
 
 Mat Model::forward(const std::vector<int32_t>& tokens, SequenceState& state, bool all_logits,
                    const std::function<void(int64_t, const Mat&)>& observe) const {
-  const int64_t n = static_cast<int64_t>(tokens.size()), d = cfg_.hidden_size, hc = cfg_.hc_mult;
-  if (n == 0) fail("forward: no tokens given");
-  for (int32_t t : tokens)
-    if (t < 0 || t >= cfg_.vocab_size) fail("forward: token id ", t, " is outside the vocabulary [0, ", cfg_.vocab_size, ")");
-  if (state.layers.size() != static_cast<size_t>(cfg_.num_hidden_layers)) fail("forward: state belongs to another model");
-  const int64_t pos0 = state.num_tokens;
+  std::vector<SequenceChunk> chunks = {{tokens, &state, all_logits}};
+  return std::move(forward_batch(chunks, observe)[0]);
+}
+
+std::vector<Mat> Model::forward_batch(std::vector<SequenceChunk>& chunks,
+                                      const std::function<void(int64_t, const Mat&)>& observe) const {
+  const int64_t d = cfg_.hidden_size, hc = cfg_.hc_mult;
+  Rows rows;
+  std::vector<int32_t> tokens;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const SequenceChunk& ch = chunks[c];
+    if (ch.tokens.empty()) fail("forward: sequence ", c, " of the batch has no tokens");
+    if (!ch.state || ch.state->layers.size() != static_cast<size_t>(cfg_.num_hidden_layers))
+      fail("forward: sequence ", c, " of the batch has no state for this model");
+    for (size_t other = 0; other < c; ++other)
+      if (chunks[other].state == ch.state) fail("forward: sequence state ", c, " appears twice in one batch");
+    for (int32_t t : ch.tokens)
+      if (t < 0 || t >= cfg_.vocab_size) fail("forward: token id ", t, " is outside the vocabulary [0, ", cfg_.vocab_size, ")");
+    rows.first.push_back(static_cast<int64_t>(tokens.size()));
+    rows.pos0.push_back(ch.state->num_tokens);
+    for (size_t i = 0; i < ch.tokens.size(); ++i) {
+      rows.position.push_back(ch.state->num_tokens + static_cast<int64_t>(i));
+      rows.sequence.push_back(static_cast<int64_t>(c));
+    }
+    tokens.insert(tokens.end(), ch.tokens.begin(), ch.tokens.end());
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
 
   // Every residual stream starts as the token embedding.
   Mat streams(n, hc * d);
@@ -378,21 +422,27 @@ Mat Model::forward(const std::vector<int32_t>& tokens, SequenceState& state, boo
     const LayerWeights& lw = w_.layers[l];
     HcMix mix = hc_pre(lw.hc_attn, streams, collapsed);
     rms_norm_rows(collapsed, lw.attn_norm.data(), cfg_.rms_norm_eps);
-    hc_post(mix, attention(l, collapsed, pos0, state.layers[l]), streams);
+    hc_post(mix, attention(l, collapsed, rows, chunks), streams);
     mix = hc_pre(lw.hc_ffn, streams, collapsed);
     rms_norm_rows(collapsed, lw.ffn_norm.data(), cfg_.rms_norm_eps);
     hc_post(mix, moe(lw.ffn, collapsed, tokens), streams);
     if (observe) observe(l, streams);
   }
-  state.num_tokens += n;
+  for (SequenceChunk& ch : chunks) ch.state->num_tokens += static_cast<int64_t>(ch.tokens.size());
 
-  // HyperHead: a last learned collapse of the streams, then the final norm and the vocabulary head.
-  const int64_t first = all_logits ? 0 : n - 1;
-  Mat y(n - first, d);
-  for (int64_t s = first; s < n; ++s) {
+  // HyperHead: a last learned collapse of the streams, then the final norm and the vocabulary head — only for the
+  // rows whose logits were asked for.
+  std::vector<int64_t> wanted;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const int64_t count = static_cast<int64_t>(chunks[c].tokens.size());
+    for (int64_t i = chunks[c].all_logits ? 0 : count - 1; i < count; ++i) wanted.push_back(rows.first[c] + i);
+  }
+  Mat y(static_cast<int64_t>(wanted.size()), d);
+  for (size_t r = 0; r < wanted.size(); ++r) {
+    const int64_t s = wanted[r];
     std::vector<float> flat(streams.row(s), streams.row(s) + hc * d);
     rms_norm(flat.data(), hc * d, nullptr, cfg_.rms_norm_eps);
-    float* out = y.row(s - first);
+    float* out = y.row(static_cast<int64_t>(r));
     for (int64_t h = 0; h < hc; ++h) {
       const float mixv = dot(w_.hc_head_fn.data() + h * hc * d, flat.data(), hc * d);
       const float pre = cpu::sigmoid(mixv * w_.hc_head_scale[0] + w_.hc_head_base[h]) + static_cast<float>(cfg_.hc_eps);
@@ -400,7 +450,17 @@ Mat Model::forward(const std::vector<int32_t>& tokens, SequenceState& state, boo
     }
   }
   rms_norm_rows(y, w_.norm.data(), cfg_.rms_norm_eps);
-  return linear(y, w_.head);
+  const Mat logits = linear(y, w_.head);
+  std::vector<Mat> out;
+  int64_t at = 0;
+  for (const SequenceChunk& ch : chunks) {
+    const int64_t count = ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : 1;
+    Mat m(count, cfg_.vocab_size);
+    std::copy(logits.row(at), logits.row(at) + count * cfg_.vocab_size, m.v.begin());
+    at += count;
+    out.push_back(std::move(m));
+  }
+  return out;
 }
 
 Model load_model(const std::string& dir) {

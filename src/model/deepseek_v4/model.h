@@ -14,6 +14,13 @@
 
 namespace strata::model::v4 {
 
+// One sequence's part of a forward step: its next tokens (positions state->num_tokens onwards) and its state.
+struct SequenceChunk {
+  std::vector<int32_t> tokens;
+  SequenceState* state = nullptr;
+  bool all_logits = false;  // logits for every token, or only the last
+};
+
 class Model {
  public:
   Model(ModelConfig config, ModelWeights weights);
@@ -27,15 +34,24 @@ class Model {
   Mat forward(const std::vector<int32_t>& tokens, SequenceState& state, bool all_logits = true,
               const std::function<void(int64_t layer, const Mat& streams)>& observe = {}) const;
 
+  // One step over several sequences: the projections and experts run once over all rows (weights are read once),
+  // attention and compression per sequence. Every row's arithmetic is the same as in a solo forward, so results
+  // are bit-identical however sequences are batched. Returns one logits Mat per chunk.
+  std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks,
+                                 const std::function<void(int64_t layer, const Mat& streams)>& observe = {}) const;
+
  private:
   struct HcMix;  // pre/post/comb weights of one hyper-connection site for a batch of tokens
+  struct Rows;   // which rows of a step belong to which sequence, and their positions
 
   HcMix hc_pre(const HyperConnectionWeights& w, const Mat& streams, Mat& collapsed) const;
   void hc_post(const HcMix& mix, const Mat& block_out, Mat& streams) const;
-  Mat attention(int64_t layer, const Mat& x, int64_t pos0, LayerState& st) const;
-  void compress(const CompressorWeights& w, const Mat& x, CompressorState& st) const;
+  Mat attention(int64_t layer, const Mat& x, const Rows& rows, std::vector<SequenceChunk>& chunks) const;
+  void compress(const CompressorWeights& w, const Mat& kv, const Mat& gate, int64_t first_row, int64_t n_rows,
+                CompressorState& st) const;
   std::vector<std::vector<int32_t>> indexer_topk(const IndexerWeights& w, const Mat& x, const Mat& q_residual,
-                                                 int64_t pos0, CompressorState& st) const;
+                                                 const Rows& rows, std::vector<SequenceChunk>& chunks,
+                                                 int64_t layer) const;
   Mat moe(const MoeWeights& w, const Mat& x, const std::vector<int32_t>& tokens) const;
   Mat expert(const ExpertWeights& w, const Mat& x) const;
 
