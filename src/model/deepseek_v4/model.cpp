@@ -33,8 +33,9 @@ Model::Model(ModelConfig config, ModelWeights weights)
       rope_main_(make_rope_table(cfg_.rope_main, cfg_.head_dim)),
       rope_compress_(make_rope_table(cfg_.rope_compress, cfg_.head_dim)) {}
 
-static CompressorState make_compressor_state(int64_t rate, int64_t dim, bool overlap) {
+static CompressorState make_compressor_state(int64_t rate, int64_t dim, bool overlap, EntryPageArena* arena) {
   CompressorState s;
+  s.arena = arena;
   s.rate = rate;
   s.dim = dim;
   s.width = overlap ? 2 * dim : dim;
@@ -47,16 +48,25 @@ static CompressorState make_compressor_state(int64_t rate, int64_t dim, bool ove
   return s;
 }
 
-SequenceState Model::new_sequence() const {
+SequenceState Model::new_sequence(EntryPageArena* arena) const {
   SequenceState s;
+  if (!arena) {
+    s.own_arena = std::make_unique<EntryPageArena>();
+    arena = s.own_arena.get();
+  }
+  const int64_t largest = std::max(cfg_.head_dim, cfg_.index_head_dim);
+  if (arena->page_floats() < largest)
+    fail("state pages of ", arena->page_floats(), " floats cannot hold one ", largest, "-wide compressed entry");
   s.layers.resize(static_cast<size_t>(cfg_.num_hidden_layers));
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     LayerState& ls = s.layers[l];
     ls.swa.assign(static_cast<size_t>(cfg_.sliding_window * cfg_.head_dim), 0.0f);
     const AttentionWeights& a = w_.layers[l].attn;
-    if (a.compressor) ls.compressor = make_compressor_state(a.compressor->rate, a.compressor->dim, a.compressor->overlap);
+    if (a.compressor)
+      ls.compressor = make_compressor_state(a.compressor->rate, a.compressor->dim, a.compressor->overlap, arena);
     if (a.indexer)
-      ls.indexer = make_compressor_state(a.indexer->compressor.rate, a.indexer->compressor.dim, a.indexer->compressor.overlap);
+      ls.indexer = make_compressor_state(a.indexer->compressor.rate, a.indexer->compressor.dim,
+                                         a.indexer->compressor.overlap, arena);
   }
   return s;
 }
@@ -182,8 +192,7 @@ void Model::compress(const CompressorWeights& w, const Mat& kv, const Mat& gate,
     std::vector<float> cos(static_cast<size_t>(rope_half)), sin(static_cast<size_t>(rope_half));
     rope_compress_.cos_sin(st.n_entries * rate, cos.data(), sin.data());
     cpu::rope_interleaved(entry.data() + dim - 2 * rope_half, rope_half, cos.data(), sin.data(), false);
-    st.entries.insert(st.entries.end(), entry.begin(), entry.end());
-    ++st.n_entries;
+    st.append_entry(entry.data());
     st.n_pending = 0;
   }
 }

@@ -26,7 +26,9 @@ class Model {
   Model(ModelConfig config, ModelWeights weights);
 
   const ModelConfig& config() const { return cfg_; }
-  SequenceState new_sequence() const;
+  // A fresh state. Compressed entries go to `arena` (a StatePool's bounded one) or, when null, to a growable
+  // arena the state owns.
+  SequenceState new_sequence(EntryPageArena* arena = nullptr) const;
 
   // Runs `tokens` at positions state.num_tokens, state.num_tokens + 1, … and advances the state.
   // Returns logits [tokens.size(), vocab] when all_logits, else only the last token's [1, vocab].

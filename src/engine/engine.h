@@ -1,0 +1,66 @@
+#pragma once
+// The serving engine: requests in, one token event per sampled token out. Each step the scheduler plans a batch,
+// the model runs it as one forward_batch, and the sampler picks tokens for sequences that reached their end.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "model/deepseek_v4/model.h"
+#include "model/deepseek_v4/state_pool.h"
+
+namespace strata::engine {
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  model::v4::StatePoolLimits pool;
+  int64_t max_model_len = 8192;  // prompt + generated tokens per sequence
+};
+
+struct TokenEvent {
+  std::string request_id;
+  int64_t index = 0;  // which of the request's n completions
+  std::optional<int32_t> token;  // absent on a finish without a new token (abort, max_tokens 0)
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top_logprobs;
+  bool finished = false;
+  FinishReason reason = FinishReason::None;
+};
+
+struct EngineStats {
+  int64_t running = 0, waiting = 0, used_slots = 0, used_pages = 0, total_pages = 0, preemptions = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
+};
+
+class Engine {
+ public:
+  Engine(const model::v4::Model& model, EngineConfig config);
+
+  // Validates and queues a request (n sequences). Throws strata::Error naming the problem: a bad sampling
+  // parameter, an empty or out-of-vocabulary prompt, a prompt that cannot fit max_model_len or the state memory,
+  // a duplicate id.
+  void add_request(const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params);
+  // Stops a request wherever it is; its sequences finish with reason "abort". False if unknown or already done.
+  bool abort(const std::string& request_id);
+
+  std::vector<TokenEvent> step();
+  bool has_unfinished() const { return !sequences_.empty(); }
+  EngineStats stats() const;
+
+ private:
+  void finish(Sequence& seq, FinishReason reason, std::vector<TokenEvent>& events, bool with_token);
+
+  const model::v4::Model& model_;
+  EngineConfig cfg_;
+  model::v4::StatePool pool_;
+  Scheduler scheduler_;
+  std::map<uint64_t, std::unique_ptr<Sequence>> sequences_;  // unfinished, by id
+  std::vector<TokenEvent> pending_events_;                   // produced outside step() (aborts, max_tokens 0)
+  uint64_t next_id_ = 0;
+  EngineStats totals_;
+};
+
+}  // namespace strata::engine

@@ -1,0 +1,58 @@
+#pragma once
+// Which sequences run in the next step and with how many tokens: continuous batching with chunked prefill under a
+// per-step token budget. Decodes go first (one token each), then unfinished prefills, then new arrivals in order.
+// When entry pages run short, the newest running sequence is preempted: its state is freed and it is recomputed
+// from its tokens later (V4 state is a pure function of the tokens, so the result is identical).
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "model/deepseek_v4/state_pool.h"
+
+namespace strata::engine {
+
+struct SchedulerConfig {
+  int64_t max_num_seqs = 64;             // sequences in one step
+  int64_t max_num_batched_tokens = 2048;  // tokens in one step (the prefill chunk budget)
+};
+
+// The plain-data answer of plan_step: what the model runner executes.
+struct ScheduledChunk {
+  Sequence* seq = nullptr;
+  int64_t start = 0;     // first token index (== seq->num_computed when planned)
+  int64_t count = 0;     // tokens to run
+  bool samples = false;  // the chunk reaches the end of the known tokens: sample the next one
+};
+
+struct StepPlan {
+  std::vector<ScheduledChunk> chunks;
+  std::vector<Sequence*> preempted;  // freed this step; back at the front of the waiting queue
+  int64_t num_tokens() const;
+  bool empty() const { return chunks.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig config, model::v4::StatePool& pool);
+
+  void add(Sequence* seq);       // to the back of the waiting queue
+  void remove(Sequence* seq);    // finished or aborted: frees its state, wherever it is
+  StepPlan plan_step();
+  void commit(const StepPlan& plan);  // after the step ran: advance num_computed
+
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_running() const { return running_.size(); }
+  int64_t total_preemptions() const { return preemptions_; }
+
+ private:
+  void preempt(Sequence* victim, StepPlan& plan);
+
+  SchedulerConfig cfg_;
+  model::v4::StatePool& pool_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;  // in admission order
+  int64_t preemptions_ = 0;
+};
+
+}  // namespace strata::engine

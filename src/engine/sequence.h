@@ -1,0 +1,43 @@
+#pragma once
+// One generation stream: a request's prompt, its sampled tokens so far, and where it stands in the engine.
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+#include "model/deepseek_v4/state.h"
+
+namespace strata::engine {
+
+enum class SequenceStatus { Waiting, Running, Finished };
+enum class FinishReason { None, Stop, Length, Abort };
+const char* to_string(FinishReason r);  // OpenAI spellings: "stop", "length", "abort"
+
+struct Sequence {
+  uint64_t id = 0;
+  std::string request_id;
+  int64_t index = 0;  // which of the request's n completions
+  std::vector<int32_t> prompt, output;
+  SamplingParams params;
+  uint64_t seed = 0;  // the request's seed, or one drawn at admission; completion i uses seed + i
+  TokenHistory history;
+
+  SequenceStatus status = SequenceStatus::Waiting;
+  FinishReason finish = FinishReason::None;
+  model::v4::SequenceState* state = nullptr;  // held from the StatePool while running
+  int64_t num_computed = 0;                  // tokens already folded into `state`
+  int64_t preemptions = 0;
+  std::chrono::steady_clock::time_point arrival;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }
+  int32_t token_at(int64_t i) const {
+    const auto p = static_cast<int64_t>(prompt.size());
+    return i < p ? prompt[static_cast<size_t>(i)] : output[static_cast<size_t>(i - p)];
+  }
+  // Tokens known but not yet in the state: the rest of the prompt, or (after preemption) prompt + outputs.
+  int64_t num_uncomputed() const { return num_tokens() - num_computed; }
+};
+
+}  // namespace strata::engine

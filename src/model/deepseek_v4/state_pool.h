@@ -1,0 +1,51 @@
+#pragma once
+// Bounded per-sequence V4 state for serving: a fixed number of sequence slots (each with its sliding window and
+// compressor buffers, built once) and a fixed number of compressed-entry pages, all allocated at start-up.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/deepseek_v4/model.h"
+#include "model/deepseek_v4/state.h"
+
+namespace strata::model::v4 {
+
+struct StatePoolLimits {
+  int64_t max_sequences = 64;
+  int64_t entry_pages = 4096;
+  int64_t page_floats = EntryPageArena::kDefaultPageFloats;
+};
+
+class StatePool {
+ public:
+  StatePool(const Model& model, StatePoolLimits limits);
+
+  // Limits that fit `bytes`: the slots' fixed state first, the rest as entry pages. Errors if even the slots
+  // do not fit.
+  static StatePoolLimits limits_for_bytes(const Model& model, int64_t bytes, int64_t max_sequences);
+  static int64_t fixed_bytes_per_sequence(const Model& model);
+
+  SequenceState* acquire();           // a reset state, or nullptr when every slot is taken
+  void release(SequenceState* state);  // its pages go back to the arena
+
+  // Pages a sequence of `tokens` tokens holds in total (from empty).
+  int64_t pages_for_tokens(int64_t tokens) const;
+  // Pages `state` must still obtain to consume `tokens` more tokens.
+  int64_t pages_needed(const SequenceState& state, int64_t tokens) const;
+  // Takes those pages now, all or nothing, so the forward step cannot run out mid-way.
+  bool reserve(SequenceState& state, int64_t tokens);
+
+  int64_t free_slots() const { return static_cast<int64_t>(free_.size()); }
+  int64_t used_slots() const { return limits_.max_sequences - free_slots(); }
+  int64_t free_pages() const { return arena_.free_pages(); }
+  int64_t used_pages() const { return arena_.used_pages(); }
+  const StatePoolLimits& limits() const { return limits_; }
+
+ private:
+  StatePoolLimits limits_;
+  EntryPageArena arena_;
+  std::vector<std::unique_ptr<SequenceState>> slots_;
+  std::vector<SequenceState*> free_;
+};
+
+}  // namespace strata::model::v4

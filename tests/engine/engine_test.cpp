@@ -1,0 +1,211 @@
+// The engine against the plain model: whatever the batching, chunking and preemption, each request's tokens are
+// those of running it alone; state memory returns to zero; bad requests are named.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "core/error.h"
+#include "model/deepseek_v4/presets.h"
+#include "model/deepseek_v4/random_init.h"
+#include "test_util.h"
+
+namespace strata::engine {
+namespace {
+
+using model::v4::Model;
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string dir = test::temp_dir("engine");
+    model::v4::write_random_checkpoint(model::v4::preset_config("tiny"), dir, 11, DType::F32);
+    model_ = new Model(model::v4::load_model(dir));
+  }
+  static void TearDownTestSuite() { delete model_; }
+
+  // Tokens the model alone produces: prefill then one forward per token, sampling as the engine does.
+  static std::vector<int32_t> solo(const std::vector<int32_t>& prompt, const SamplingParams& p, uint64_t seed) {
+    auto st = model_->new_sequence();
+    Mat logits = model_->forward(prompt, st, false);
+    TokenHistory h;
+    h.add_prompt(prompt);
+    std::vector<int32_t> out;
+    for (int64_t i = 0; i < p.max_tokens; ++i) {
+      const int32_t t = sample_token({logits.row(0), 512}, p, h, seed, static_cast<uint64_t>(i)).id;
+      out.push_back(t);
+      h.add_output(t);
+      if (!p.ignore_eos && t == 1) break;
+      logits = model_->forward({t}, st, false);
+    }
+    return out;
+  }
+
+  static std::map<std::string, std::vector<int32_t>> run_all(Engine& e, std::map<std::string, FinishReason>* why = nullptr) {
+    std::map<std::string, std::vector<int32_t>> got;
+    for (int guard = 0; e.has_unfinished() && guard < 10000; ++guard)
+      for (const TokenEvent& ev : e.step()) {
+        const std::string key = ev.request_id + "/" + std::to_string(ev.index);
+        if (ev.token) got[key].push_back(*ev.token);
+        if (ev.finished && why) (*why)[key] = ev.reason;
+      }
+    return got;
+  }
+
+  static std::vector<int32_t> prompt_of(int q, int64_t len) {
+    std::vector<int32_t> p;
+    for (int64_t i = 0; i < len; ++i) p.push_back(static_cast<int32_t>((i * 37 + q * 101 + 2) % 510 + 2));
+    return p;
+  }
+
+  static Model* model_;
+};
+Model* EngineTest::model_ = nullptr;
+
+EngineConfig small_config(int64_t budget, int64_t pages, int64_t seqs = 8) {
+  EngineConfig c;
+  c.scheduler.max_num_batched_tokens = budget;
+  c.scheduler.max_num_seqs = seqs;
+  c.pool.max_sequences = seqs;
+  c.pool.entry_pages = pages;
+  c.pool.page_floats = 512;  // 8 entries of 64: small pages so prompts span many
+  return c;
+}
+
+TEST_F(EngineTest, ContinuousBatchingWithChunkedPrefillMatchesSoloRuns) {
+  Engine e(*model_, small_config(/*budget=*/48, /*pages=*/4096));
+  const std::vector<int64_t> lengths = {5, 140, 33, 1, 260, 129};
+  std::map<std::string, std::vector<int32_t>> expected;
+  for (size_t q = 0; q < lengths.size(); ++q) {
+    SamplingParams p;
+    p.temperature = q % 2 ? 0.9 : 0.0;
+    p.seed = 1000 + q;
+    p.max_tokens = 12;
+    p.ignore_eos = true;
+    e.add_request("r" + std::to_string(q), prompt_of(static_cast<int>(q), lengths[q]), p);
+    expected["r" + std::to_string(q) + "/0"] = solo(prompt_of(static_cast<int>(q), lengths[q]), p, *p.seed);
+  }
+  EXPECT_EQ(run_all(e), expected);
+  const EngineStats s = e.stats();
+  EXPECT_EQ(s.running + s.waiting + s.used_slots + s.used_pages, 0);
+  EXPECT_EQ(s.generated_tokens, 12 * 6);
+}
+
+TEST_F(EngineTest, PreemptionByRecomputeGivesTheSameTokens) {
+  // 40 pages of 8 tiny entries cannot hold all four long sequences at once: the newest get preempted.
+  Engine e(*model_, small_config(/*budget=*/64, /*pages=*/40, /*seqs=*/4));
+  std::map<std::string, std::vector<int32_t>> expected;
+  for (int q = 0; q < 4; ++q) {
+    SamplingParams p;
+    p.temperature = 0.8;
+    p.seed = 7 + q;
+    p.max_tokens = 24;
+    p.ignore_eos = true;
+    e.add_request("p" + std::to_string(q), prompt_of(q, 150), p);
+    expected["p" + std::to_string(q) + "/0"] = solo(prompt_of(q, 150), p, *p.seed);
+  }
+  EXPECT_EQ(run_all(e), expected);
+  EXPECT_GT(e.stats().preemptions, 0);
+  EXPECT_EQ(e.stats().used_pages, 0);
+}
+
+TEST_F(EngineTest, SeededSamplingIgnoresBatchCompanionsAndNGivesDistinctStreams) {
+  SamplingParams p;
+  p.temperature = 1.0;
+  p.seed = 99;
+  p.max_tokens = 10;
+  p.ignore_eos = true;
+  p.n = 3;
+  Engine alone(*model_, small_config(256, 4096));
+  alone.add_request("x", prompt_of(1, 20), p);
+  const auto a = run_all(alone);
+  Engine crowded(*model_, small_config(256, 4096));
+  for (int q = 0; q < 5; ++q) {
+    SamplingParams other = p;
+    other.seed = 500 + q;
+    other.n = 1;
+    crowded.add_request("o" + std::to_string(q), prompt_of(q + 3, 30 + q), other);
+  }
+  crowded.add_request("x", prompt_of(1, 20), p);
+  auto b = run_all(crowded);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(a.at("x/" + std::to_string(i)), b.at("x/" + std::to_string(i)));
+  EXPECT_NE(a.at("x/0"), a.at("x/1"));
+}
+
+TEST_F(EngineTest, AbortFreesStateAndReportsAbort) {
+  Engine e(*model_, small_config(32, 4096));
+  SamplingParams p;
+  p.max_tokens = 50;
+  p.ignore_eos = true;
+  e.add_request("keep", prompt_of(0, 10), p);
+  e.add_request("drop", prompt_of(1, 200), p);
+  size_t early = 0;  // "keep" samples during the two steps before the abort
+  for (int i = 0; i < 2; ++i)
+    for (const TokenEvent& ev : e.step()) early += ev.request_id == "keep" && ev.token ? 1 : 0;
+  EXPECT_TRUE(e.abort("drop"));
+  EXPECT_FALSE(e.abort("drop"));
+  std::map<std::string, FinishReason> why;
+  const auto got = run_all(e, &why);
+  EXPECT_EQ(why.at("drop/0"), FinishReason::Abort);
+  EXPECT_EQ(why.at("keep/0"), FinishReason::Length);
+  EXPECT_EQ(early + got.at("keep/0").size(), 50u);
+  EXPECT_EQ(e.stats().used_slots + e.stats().used_pages, 0);
+}
+
+TEST_F(EngineTest, StopTokensAndMaxTokens) {
+  Engine e(*model_, small_config(64, 4096));
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = 8;
+  p.ignore_eos = true;
+  const std::vector<int32_t> greedy = solo(prompt_of(2, 12), p, 0);
+  SamplingParams stop = p;
+  stop.stop_token_ids = {greedy[3]};
+  e.add_request("stop", prompt_of(2, 12), stop);
+  SamplingParams zero = p;
+  zero.max_tokens = 0;
+  e.add_request("zero", prompt_of(2, 12), zero);
+  std::map<std::string, FinishReason> why;
+  const auto got = run_all(e, &why);
+  const auto first = std::find(greedy.begin(), greedy.end(), greedy[3]);
+  EXPECT_EQ(got.at("stop/0"), std::vector<int32_t>(greedy.begin(), first + 1));
+  EXPECT_EQ(why.at("stop/0"), FinishReason::Stop);
+  EXPECT_EQ(got.count("zero/0"), 0u);
+  EXPECT_EQ(why.at("zero/0"), FinishReason::Length);
+}
+
+TEST_F(EngineTest, BadRequestsAreNamed) {
+  EngineConfig c = small_config(64, 64);
+  c.max_model_len = 300;
+  Engine e(*model_, c);
+  SamplingParams ok;
+  ok.max_tokens = 4;
+  auto expect_error = [&](const std::string& id, std::vector<int32_t> prompt, SamplingParams p, const std::string& needle) {
+    try {
+      e.add_request(id, std::move(prompt), p);
+      ADD_FAILURE() << "expected an error containing " << needle;
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find(needle), std::string::npos) << err.what();
+    }
+  };
+  expect_error("a", {}, ok, "at least one token");
+  expect_error("b", {1, 600}, ok, "outside the vocabulary");
+  expect_error("c", prompt_of(0, 299), ok, "max_model_len");
+  SamplingParams bad = ok;
+  bad.top_p = 2;
+  expect_error("d", {5}, bad, "top_p");
+  e.add_request("dup", {5}, ok);
+  expect_error("dup", {5}, ok, "already in flight");
+  EngineConfig tight = small_config(64, 2);
+  Engine t(*model_, tight);
+  try {
+    t.add_request("long", prompt_of(0, 200), ok);
+    ADD_FAILURE() << "expected a state-memory error";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("state pool"), std::string::npos) << err.what();
+  }
+}
+
+}  // namespace
+}  // namespace strata::engine
