@@ -1,0 +1,118 @@
+// Scheduler decisions: budgets, decode-first order, chunking, slot limits, preemption. Each planned step is run
+// through the model (so the state, and with it the page demand, advances as in serving) without sampling.
+#include "engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include "model/deepseek_v4/presets.h"
+#include "model/deepseek_v4/random_init.h"
+#include "test_util.h"
+
+namespace strata::engine {
+namespace {
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string dir = test::temp_dir("scheduler");
+    model::v4::write_random_checkpoint(model::v4::preset_config("tiny"), dir, 2, DType::F32);
+    model_ = new model::v4::Model(model::v4::load_model(dir));
+  }
+  static void TearDownTestSuite() { delete model_; }
+
+  static Sequence make(uint64_t id, int64_t prompt_len) {
+    Sequence s;
+    s.id = id;
+    s.prompt.assign(static_cast<size_t>(prompt_len), 3);
+    return s;
+  }
+  // What the engine does with a plan: run it, advance, and give each sampling sequence one new token.
+  static void run(Scheduler& sch, const StepPlan& plan) {
+    std::vector<model::v4::SequenceChunk> chunks;
+    for (const ScheduledChunk& c : plan.chunks)
+      chunks.push_back({std::vector<int32_t>(static_cast<size_t>(c.count), 3), c.seq->state, false});
+    if (!chunks.empty()) model_->forward_batch(chunks);
+    sch.commit(plan);
+    for (const ScheduledChunk& c : plan.chunks)
+      if (c.samples) c.seq->output.push_back(4);
+  }
+  static model::v4::Model* model_;
+};
+model::v4::Model* SchedulerTest::model_ = nullptr;
+
+TEST_F(SchedulerTest, ChunksPrefillsUnderTheBudgetAndPutsDecodesFirst) {
+  model::v4::StatePool pool(*model_, {4, 1024, 512});
+  Scheduler sch({4, 32}, pool);
+  Sequence a = make(0, 10), b = make(1, 100);
+  sch.add(&a);
+  sch.add(&b);
+  StepPlan p1 = sch.plan_step();
+  ASSERT_EQ(p1.chunks.size(), 2u);
+  EXPECT_EQ(p1.chunks[0].count, 10);
+  EXPECT_TRUE(p1.chunks[0].samples);
+  EXPECT_EQ(p1.chunks[1].count, 22);  // the rest of the 32-token budget
+  EXPECT_FALSE(p1.chunks[1].samples);
+  run(sch, p1);
+  StepPlan p2 = sch.plan_step();  // a decodes (1 token) first, b continues with 31
+  ASSERT_EQ(p2.chunks.size(), 2u);
+  EXPECT_EQ(p2.chunks[0].seq, &a);
+  EXPECT_EQ(p2.chunks[0].count, 1);
+  EXPECT_EQ(p2.chunks[1].count, 31);
+  EXPECT_EQ(p2.num_tokens(), 32);
+  run(sch, p2);
+  int64_t steps = 2;
+  while (b.num_computed < 100) {
+    const StepPlan p = sch.plan_step();
+    EXPECT_LE(p.num_tokens(), 32);
+    run(sch, p);
+    ++steps;
+  }
+  EXPECT_EQ(steps, 4);  // 22 + 31 + 31 + 16 = 100
+}
+
+TEST_F(SchedulerTest, RespectsSlotsAndSequenceLimit) {
+  model::v4::StatePool pool(*model_, {2, 1024, 512});
+  Scheduler sch({8, 1000}, pool);
+  Sequence s[3] = {make(0, 5), make(1, 5), make(2, 5)};
+  for (Sequence& q : s) sch.add(&q);
+  const StepPlan p = sch.plan_step();
+  EXPECT_EQ(p.chunks.size(), 2u);  // only two state slots
+  EXPECT_EQ(sch.num_waiting(), 1u);
+  run(sch, p);
+  sch.remove(&s[0]);
+  EXPECT_EQ(sch.plan_step().chunks.size(), 2u);  // s[1] decodes, s[2] admitted
+}
+
+TEST_F(SchedulerTest, PreemptsTheNewestWhenPagesRunOut) {
+  // Pages of 512 floats hold 8 main entries (dim 64) or 16 indexer entries (dim 32); a 130-token prompt of the
+  // tiny model needs 13 pages: per CSA layer 4 (32 main entries) + 2 (32 indexer entries), 1 for the HCA entry.
+  // Two such prompts fill 26 pages exactly; the first decode step that closes a new window needs one more each.
+  model::v4::StatePool pool(*model_, {3, 26, 512});
+  EXPECT_EQ(pool.pages_for_tokens(130), 13);
+  Scheduler sch({3, 1000}, pool);
+  Sequence a = make(0, 130), b = make(1, 130);
+  sch.add(&a);
+  sch.add(&b);
+  StepPlan p = sch.plan_step();
+  ASSERT_EQ(p.chunks.size(), 2u);
+  EXPECT_EQ(pool.free_pages(), 0);
+  run(sch, p);
+  // Decoding needs new pages soon; keep stepping until the pool is short and b (the newest) is preempted.
+  bool preempted = false;
+  for (int i = 0; i < 40 && !preempted; ++i) {
+    p = sch.plan_step();
+    for (Sequence* v : p.preempted) {
+      EXPECT_EQ(v, &b);
+      EXPECT_EQ(v->num_computed, 0);
+      EXPECT_EQ(v->state, nullptr);
+      preempted = true;
+    }
+    run(sch, p);
+  }
+  EXPECT_TRUE(preempted);
+  EXPECT_EQ(sch.total_preemptions(), 1);
+  EXPECT_EQ(sch.num_waiting(), 1u);
+}
+
+}  // namespace
+}  // namespace strata::engine
