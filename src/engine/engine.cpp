@@ -12,7 +12,7 @@ Engine::Engine(const model::v4::Model& model, EngineConfig config)
   if (cfg_.max_model_len < 1) fail("max_model_len must be ≥ 1, got ", cfg_.max_model_len);
 }
 
-void Engine::add_request(const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params) {
+void Engine::validate_request(const std::vector<int32_t>& prompt, const SamplingParams& params) const {
   const int64_t vocab = model_.config().vocab_size;
   params.validate(vocab);
   if (prompt.empty()) fail("prompt: must contain at least one token");
@@ -27,6 +27,10 @@ void Engine::add_request(const std::string& request_id, std::vector<int32_t> pro
   if (pool_.pages_for_tokens(total) > pool_.limits().entry_pages)
     fail("prompt: ", total, " tokens need more compressed-entry pages than the state pool has (",
          pool_.limits().entry_pages, "); raise the state memory or lower max_tokens");
+}
+
+void Engine::add_request(const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params) {
+  validate_request(prompt, params);
   for (const auto& [id, s] : sequences_)
     if (s->request_id == request_id) fail("request id '", request_id, "' is already in flight");
 

@@ -43,6 +43,8 @@ class Engine {
   // parameter, an empty or out-of-vocabulary prompt, a prompt that cannot fit max_model_len or the state memory,
   // a duplicate id.
   void add_request(const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params);
+  // The checks of add_request that do not depend on what is in flight (safe from any thread).
+  void validate_request(const std::vector<int32_t>& prompt, const SamplingParams& params) const;
   // Stops a request wherever it is; its sequences finish with reason "abort". False if unknown or already done.
   bool abort(const std::string& request_id);
 

@@ -1,0 +1,93 @@
+#include "engine/async_engine.h"
+
+#include "core/error.h"
+
+namespace strata::engine {
+
+AsyncEngine::AsyncEngine(const model::v4::Model& model, EngineConfig config)
+    : engine_(model, config), thread_([this] { loop(); }) {}
+
+AsyncEngine::~AsyncEngine() { shutdown(false); }
+
+void AsyncEngine::submit(const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params,
+                         Callback on_event) {
+  engine_.validate_request(prompt, params);
+  std::lock_guard lock(mu_);
+  if (!accepting_) fail("the server is shutting down");
+  if (requests_.count(request_id)) fail("request id '", request_id, "' is already in flight");
+  requests_.emplace(request_id, Pending{std::move(on_event), params.n});
+  submissions_.push_back({request_id, std::move(prompt), params});
+  wake_.notify_one();
+}
+
+void AsyncEngine::abort(const std::string& request_id) {
+  std::lock_guard lock(mu_);
+  aborts_.push_back(request_id);
+  wake_.notify_one();
+}
+
+EngineStats AsyncEngine::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+size_t AsyncEngine::in_flight() const {
+  std::lock_guard lock(mu_);
+  return requests_.size();
+}
+
+void AsyncEngine::shutdown(bool drain) {
+  {
+    std::lock_guard lock(mu_);
+    accepting_ = false;
+    if (!stopping_) drain_ = drain;
+    stopping_ = true;
+    wake_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void AsyncEngine::loop() {
+  for (;;) {
+    std::deque<Submission> subs;
+    std::vector<std::string> aborts;
+    bool stop = false, drain = false;
+    {
+      std::unique_lock lock(mu_);
+      wake_.wait(lock, [&] { return stopping_ || !submissions_.empty() || !aborts_.empty() || engine_.has_unfinished(); });
+      subs.swap(submissions_);
+      aborts.swap(aborts_);
+      stop = stopping_;
+      drain = drain_;
+    }
+    for (Submission& s : subs) engine_.add_request(s.id, std::move(s.prompt), s.params);  // validated in submit()
+    for (const std::string& id : aborts) engine_.abort(id);
+    if (stop && !drain) {
+      std::vector<std::string> all;
+      {
+        std::lock_guard lock(mu_);
+        for (const auto& [id, p] : requests_) all.push_back(id);
+      }
+      for (const std::string& id : all) engine_.abort(id);
+    }
+    const std::vector<TokenEvent> events = engine_.step();
+    for (const TokenEvent& ev : events) {
+      Callback cb;
+      {
+        std::lock_guard lock(mu_);
+        const auto it = requests_.find(ev.request_id);
+        if (it == requests_.end()) continue;
+        cb = it->second.callback;
+        if (ev.finished && --it->second.unfinished == 0) requests_.erase(it);
+      }
+      cb(ev);
+    }
+    {
+      std::lock_guard lock(mu_);
+      stats_ = engine_.stats();
+      if (stop && !engine_.has_unfinished() && submissions_.empty()) return;
+    }
+  }
+}
+
+}  // namespace strata::engine
