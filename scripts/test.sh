@@ -8,7 +8,7 @@ jobs=$(nproc)
 bash scripts/setup.sh build -DSTRATA_WERROR=ON
 ctest --test-dir build --output-on-failure -j "$jobs"
 
-bash scripts/setup.sh build-asan -DSTRATA_WERROR=ON -DSTRATA_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+bash scripts/setup.sh build-asan -DSTRATA_WERROR=ON -DSTRATA_SANITIZE=ON -DSTRATA_CUDA=off -DCMAKE_BUILD_TYPE=RelWithDebInfo
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
 echo "all tests passed"

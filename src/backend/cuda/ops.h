@@ -1,0 +1,42 @@
+#pragma once
+// The CUDA backend's operations (sm_90a). Each has a CPU counterpart in backend/cpu/ops.h or the model, and a test
+// in tests/gpu/ that compares the two on fresh random inputs. Pointers are device pointers; launches go to `stream`.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace strata::cuda {
+
+// y[rows, cols] = x · rsqrt(mean(x²) + eps) [· weight]; weight may be null. In place is allowed (y == x).
+void rms_norm(const float* x, const float* weight, float* y, int64_t rows, int64_t cols, float eps, cudaStream_t stream);
+
+// Interleaved RoPE on the slice [offset, offset + 2·half) of each of `heads` vectors of length `head_stride` in
+// every row: pairs rotate by the row's angles cos/sin[row, half]. `inverse` rotates backwards.
+void rope_interleaved(float* x, int64_t rows, int64_t heads, int64_t head_stride, int64_t offset, int64_t half,
+                      const float* cos, const float* sin, bool inverse, cudaStream_t stream);
+
+// Shared-KV attention with a per-head sink for `rows` queries of `heads` heads (dim `head_dim`): query r attends
+// to the key rows keys[key_index[r, j]] for j < key_count[r] (K = V), with
+//   p = softmax([q·k_j · scale, sink_h]) and out = Σ_j p_j · k_j  (the sink takes mass but adds no value).
+void sparse_attention(const float* q, const float* keys, const int32_t* key_index, const int32_t* key_count,
+                      int64_t max_keys, const float* sinks, float* out, int64_t rows, int64_t heads, int64_t head_dim,
+                      float scale, cudaStream_t stream);
+
+// y[m, n] = Σ_k x[m, k] · w[n, k] with bf16 operands and fp32 accumulation and output (cuBLASLt, TN layout).
+class Gemm {
+ public:
+  Gemm();
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+  void bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int64_t m, int64_t n, int64_t k,
+            cudaStream_t stream);
+
+ private:
+  void* handle_ = nullptr;     // cublasLtHandle_t
+  void* workspace_ = nullptr;  // device scratch for cuBLASLt's algorithms
+  size_t workspace_bytes_ = 32u << 20;
+};
+
+}  // namespace strata::cuda
