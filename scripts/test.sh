@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+# ctest runs tests in parallel on few cores: spinning OpenMP workers would starve each other.
+export OMP_WAIT_POLICY=PASSIVE
 
 bash scripts/setup.sh build -DSTRATA_WERROR=ON
 ctest --test-dir build --output-on-failure -j "$jobs"

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -16,12 +17,22 @@ namespace strata::test {
 
 inline std::string fixture(const std::string& name) { return std::string(STRATA_FIXTURES) + "/" + name; }
 
-// A fresh directory under the system temp dir, unique per test.
+// A fresh directory under the system temp dir, unique per test process, removed when the process exits.
 inline std::string temp_dir(const std::string& tag) {
   namespace fs = std::filesystem;
+  static std::vector<fs::path> made;
+  static const bool cleanup_registered = [] {
+    std::atexit([] {
+      std::error_code ec;
+      for (const fs::path& p : made) fs::remove_all(p, ec);
+    });
+    return true;
+  }();
+  (void)cleanup_registered;
   const fs::path p = fs::temp_directory_path() / ("strata_test_" + tag + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
+  made.push_back(p);
   return p.string();
 }
 

@@ -8,5 +8,7 @@ namespace strata::cli {
 int model_command(const std::vector<std::string>& args);
 int generate_command(const std::vector<std::string>& args);
 int bench_command(const std::vector<std::string>& args);
+int tokenize_command(const std::vector<std::string>& args);
+int chat_template_command(const std::vector<std::string>& args);
 
 }  // namespace strata::cli

@@ -2,6 +2,9 @@
 // optionally dump every logit row for comparison with a reference implementation.
 #include <chrono>
 #include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -12,6 +15,10 @@
 #include "engine/sampler.h"
 #include "model/deepseek_v4/model.h"
 #include "model/safetensors.h"
+#include "text/chat_encoding.h"
+#include "text/detokenizer.h"
+#include "text/output_parser.h"
+#include "text/tokenizer.h"
 
 namespace strata::cli {
 
@@ -22,6 +29,12 @@ constexpr const char* kHelp = R"(strata generate — run token ids through a Dee
 options:
   --model DIR          checkpoint directory (config.json + safetensors)
   --prompt-ids IDS     comma-separated prompt token ids, e.g. 5,6,7
+  --prompt TEXT        a text prompt (BOS per the tokenizer config; special-token spellings stay plain text
+                       unless --parse-special); prints the generated text
+  --chat FILE.json     an OpenAI chat-completions request body (messages, tools, response_format,
+                       reasoning_effort, chat_template_kwargs.thinking) rendered with the DeepSeek-V4 chat
+                       encoding; prints {"reasoning_content", "content", "tool_calls"} as JSON
+  --parse-special      with --prompt: special-token spellings become the special tokens
   --max-tokens N       tokens to generate (default 16)
   --temperature T      0 = greedy (default); > 0 samples from softmax(logits / T)
   --top-p P, --top-k K, --min-p P, --repetition-penalty R, --presence-penalty P, --frequency-penalty F
@@ -33,25 +46,94 @@ options:
                        (row i = the logits gen_tokens[i] was chosen from) in F32, gen_tokens [N] in I64
   --dump-hidden FILE   write the prompt's residual streams after every layer, hidden.L [L, hc·hidden] (debugging)
 
-Prints the generated ids (comma-separated) on stdout and timings on stderr.
+With --prompt-ids, prints the generated ids (comma-separated) on stdout; timings go to stderr. Exactly one of
+--prompt-ids, --prompt and --chat is required; the text modes need tokenizer.json in the model directory.
 
 example:
   strata model init --preset tiny --out /tmp/tiny
   strata generate --model /tmp/tiny --prompt-ids 5,6,7 --max-tokens 8 --temperature 0
+  strata generate --model DIR --chat request.json --max-tokens 64
 )";
+
+// How the prompt was given, and so how the output is shown.
+enum class PromptMode { Ids, Text, Chat };
+
+struct Prompt {
+  PromptMode mode = PromptMode::Ids;
+  std::vector<int32_t> ids;
+  std::optional<text::Tokenizer> tokenizer;
+  text::ChatRequestOptions chat;
+};
+
+Prompt read_prompt(const Args& args, const std::string& dir) {
+  const int given = args.has("prompt-ids") + args.has("prompt") + args.has("chat");
+  if (given != 1) fail("give exactly one of --prompt-ids, --prompt and --chat (see --help)");
+  Prompt p;
+  if (args.has("prompt-ids")) {
+    p.ids = parse_id_list(args.str("prompt-ids"), "prompt-ids");
+    return p;
+  }
+  p.tokenizer = text::Tokenizer::load(dir);
+  if (args.has("prompt")) {
+    p.mode = PromptMode::Text;
+    p.ids = p.tokenizer->encode(args.str("prompt"), args.has("parse-special"), true);
+    return p;
+  }
+  p.mode = PromptMode::Chat;
+  std::ifstream in(args.str("chat"));
+  if (!in) fail("option --chat: cannot read '", args.str("chat"), "'");
+  const std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  nlohmann::ordered_json request;
+  try {
+    request = nlohmann::ordered_json::parse(body);
+  } catch (const nlohmann::json::exception& e) {
+    fail(args.str("chat"), ": not valid JSON: ", e.what());
+  }
+  p.chat = text::chat_request_options(request);
+  p.ids = text::prompt_ids(*p.tokenizer, text::encode_chat_v4(request));
+  return p;
+}
+
+// Shows the generated tokens as the prompt mode asks: ids, text, or the parsed chat message.
+void print_output(const Prompt& p, const std::vector<int32_t>& generated) {
+  if (p.mode == PromptMode::Ids) {
+    for (size_t i = 0; i < generated.size(); ++i) std::printf("%s%d", i ? "," : "", generated[i]);
+    std::printf("\n");
+    return;
+  }
+  text::IncrementalDetokenizer detok(*p.tokenizer);
+  std::string out;
+  for (int32_t id : generated) out += detok.push(id);
+  out += detok.flush();
+  if (p.mode == PromptMode::Text) {
+    std::printf("%s\n", out.c_str());
+    return;
+  }
+  text::OutputParser parser({.thinking = p.chat.thinking, .tools_enabled = !p.chat.tool_names.empty()});
+  text::OutputDelta a = parser.push(out), b = parser.finish();
+  nlohmann::ordered_json msg = {{"reasoning_content", a.reasoning_content + b.reasoning_content},
+                                {"content", a.content + b.content},
+                                {"tool_calls", nlohmann::ordered_json::array()}};
+  for (const text::ParsedToolCall& call : parser.tool_calls())
+    msg["tool_calls"].push_back({{"id", call.id}, {"type", "function"},
+                                 {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+  for (const std::string& w : parser.warnings()) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  std::printf("%s\n", msg.dump(2).c_str());
+}
 
 }  // namespace
 
 int generate_command(const std::vector<std::string>& argv) {
-  const Args args(argv, {"model", "prompt-ids", "max-tokens", "temperature", "top-p", "top-k", "min-p", "repetition-penalty",
+  const Args args(argv, {"model", "prompt-ids", "prompt", "chat", "max-tokens", "temperature", "top-p", "top-k", "min-p", "repetition-penalty",
                    "presence-penalty", "frequency-penalty", "seed", "chunk", "dump-logits", "dump-hidden"},
-                  {"help", "ignore-eos"});
+                  {"help", "ignore-eos", "parse-special"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     return 0;
   }
   const std::string dir = args.required("model");
-  const std::vector<int32_t> prompt = parse_id_list(args.required("prompt-ids"), "prompt-ids");
+  const Prompt input = read_prompt(args, dir);
+  const std::vector<int32_t>& prompt = input.ids;
   engine::SamplingParams sampling;
   sampling.max_tokens = args.integer("max-tokens", 16);
   sampling.temperature = args.number("temperature", 0.0);
@@ -74,7 +156,7 @@ int generate_command(const std::vector<std::string>& argv) {
     fail("sampling option ", e.what());  // names the parameter, e.g. "top_p: expected a number in (0, 1]…"
   }
   for (int32_t id : prompt)
-    if (id >= vocab) fail("option --prompt-ids: token id ", id, " is outside the model's vocabulary [0, ", vocab, ")");
+    if (id >= vocab) fail("prompt: token id ", id, " is outside the model's vocabulary [0, ", vocab, ")");
   const bool dump = args.has("dump-logits");
   model::v4::SequenceState state = m.new_sequence();
 
@@ -114,8 +196,7 @@ int generate_command(const std::vector<std::string>& argv) {
   }
   const auto t2 = clock::now();
 
-  for (size_t i = 0; i < generated.size(); ++i) std::printf("%s%d", i ? "," : "", generated[i]);
-  std::printf("\n");
+  print_output(input, generated);
   const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
   const double decode_s = std::chrono::duration<double>(t2 - t1).count();
   const double decode_steps = static_cast<double>(generated.size() > 0 ? generated.size() - 1 : 0);

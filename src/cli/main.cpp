@@ -17,6 +17,8 @@ commands:
   generate   run a prompt through a model and print the generated token ids
   bench      measure prefill and decode tokens/s of a checkpoint; writes JSON
   model      inspect a checkpoint (model info) or write a random-weight one (model init)
+  tokenize   encode text with a model directory's tokenizer; prints token ids as JSON
+  chat-template  print the DeepSeek-V4 prompt (or its ids) for an OpenAI chat-completions request
   version    print the version
 
 Run `strata <command> --help` for the options of a command, with an example.
@@ -36,6 +38,8 @@ int main(int argc, char** argv) {
     if (command == "generate") return strata::cli::generate_command(args);
     if (command == "model") return strata::cli::model_command(args);
     if (command == "bench") return strata::cli::bench_command(args);
+    if (command == "tokenize") return strata::cli::tokenize_command(args);
+    if (command == "chat-template") return strata::cli::chat_template_command(args);
     if (command == "version" || command == "--version") {
       std::printf("strata %s\n", STRATA_VERSION);
       return 0;

@@ -1,4 +1,5 @@
 // `strata model init|info`: write a random-weight checkpoint of a preset V4 shape, or describe a checkpoint.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -10,10 +11,14 @@
 #include "model/deepseek_v4/model.h"
 #include "model/deepseek_v4/presets.h"
 #include "model/deepseek_v4/random_init.h"
+#include "text/special_tokens.h"
+#include "text/tokenizer.h"
 
 namespace strata::cli {
 
 namespace {
+
+constexpr int64_t kV4VocabSize = 129280;  // DeepSeek-V4's embedding rows (the tokenizer uses ~128.8k of them)
 
 constexpr const char* kInitHelp = R"(strata model init — write a random-weight DeepSeek-V4 checkpoint (config.json + model.safetensors,
 official tensor names). Every parameter is random, including sinks, position biases and tid2eid.
@@ -24,6 +29,9 @@ options:
   --out DIR       where to write (created if missing)
   --layers N      number of layers (default: the preset's; the layer schedule repeats)
   --seed S        random seed (default 0)
+  --tokenizer-from DIR
+                  also write a tokenizer: DIR's DeepSeek-V3 tokenizer.json + tokenizer_config.json with the V4 added
+                  tokens; the vocabulary grows to 129280 (V4's) so every token id is valid
   --dtype T       f32, bf16, fp8 (e4m3 with 128×128 block scales) or fp4 (the official V4 layout: MXFP4
                   routed experts, e4m3 elsewhere, UE8M0 scales); default f32 for tiny, bf16 otherwise
 
@@ -41,13 +49,14 @@ example:
 )";
 
 int init(const std::vector<std::string>& argv) {
-  const Args args(argv, {"preset", "out", "layers", "seed", "dtype"}, {"help"});
+  const Args args(argv, {"preset", "out", "layers", "seed", "dtype", "tokenizer-from"}, {"help"});
   if (args.has("help")) {
     std::fputs(kInitHelp, stdout);
     return 0;
   }
   const std::string preset = args.required("preset");
-  const model::ModelConfig cfg = model::v4::preset_config(preset, args.integer("layers", 0));
+  model::ModelConfig cfg = model::v4::preset_config(preset, args.integer("layers", 0));
+  if (args.has("tokenizer-from")) cfg.vocab_size = std::max<int64_t>(cfg.vocab_size, kV4VocabSize);
   const std::string dtype = args.str("dtype", preset == "tiny" ? "f32" : "bf16");
   if (dtype != "f32" && dtype != "bf16" && dtype != "fp8" && dtype != "fp4")
     fail("option --dtype: expected f32, bf16, fp8 or fp4, found '", dtype, "'");
@@ -59,6 +68,12 @@ int init(const std::vector<std::string>& argv) {
                              : dtype == "bf16" ? DType::BF16
                                                : DType::F32;
   model::v4::write_random_checkpoint(cfg, out, static_cast<uint64_t>(seed), matrix_dtype);
+  if (args.has("tokenizer-from")) {
+    text::write_test_tokenizer(args.str("tokenizer-from"), out);
+    const text::Tokenizer tok = text::Tokenizer::load(out);
+    if (tok.vocab_size() > cfg.vocab_size)
+      fail("--tokenizer-from: the tokenizer has ", tok.vocab_size(), " ids but the model only ", cfg.vocab_size);
+  }
   std::printf("wrote %s (%s, %lld layers, seed %lld, %s)\n", out.c_str(), preset.c_str(),
               static_cast<long long>(cfg.num_hidden_layers), static_cast<long long>(seed), dtype.c_str());
   return 0;

@@ -1,0 +1,330 @@
+#!/usr/bin/env python3
+"""Stdlib tests of the demo-model tools: python3 tools/demo_model/test_demo_model.py [-v]
+
+What can be checked without torch: the corpus (determinism, the split rule, no leaks), the rendering (every
+line renders, splits exactly, parses back; the same prompts as `strata chat-template`), the tokenizer files,
+the official tensor list and name mapping (against the committed transformers fixture), the config keys, and
+that Strata loads a checkpoint laid out exactly as train.py exports it (FP8 tied embedding with block scales,
+no head.weight, I32 tid2eid, official names). Tests needing .deps/ files or a strata binary skip without them
+(STRATA_BIN picks the binary; default build/strata).
+"""
+import array
+import json
+import os
+import random
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import corpus  # noqa: E402
+import make_tokenizer  # noqa: E402
+import model_config as mc  # noqa: E402
+import render  # noqa: E402
+
+REPO = render.REPO
+V3_DIR = make_tokenizer.DEFAULT_V3
+STRATA = os.environ.get("STRATA_BIN", os.path.join(REPO, "build", "strata"))
+
+
+def strata_has(command):
+    if not os.path.exists(STRATA):
+        return False
+    r = subprocess.run([STRATA, command, "--help"], capture_output=True)
+    return r.returncode == 0
+
+
+def small_corpus(seed=0, n=3000):
+    return {
+        "train": corpus.generate_split(corpus.Sampler("train", seed, 0.1), n),
+        "heldout": corpus.generate_split(corpus.Sampler("heldout", seed, 0.1), 600),
+        "eval": corpus.eval_lines(seed, 0.1),
+    }
+
+
+CORPUS = small_corpus()
+
+
+def question_of(line):
+    return next(m["content"] for m in line["request"]["messages"] if m["role"] == "user")
+
+
+def template_regex(template):
+    """A template as a regex over questions (placeholders match anything)."""
+    parts = re.split(r"\{[A-Za-z]+\}", template)
+    return re.compile("^" + "(.+)".join(re.escape(p) for p in parts))
+
+
+class CorpusTest(unittest.TestCase):
+    def test_deterministic(self):
+        again = small_corpus()
+        self.assertEqual(json.dumps(CORPUS, sort_keys=True), json.dumps(again, sort_keys=True))
+        self.assertNotEqual(json.dumps(CORPUS["train"][:50]), json.dumps(small_corpus(seed=1)["train"][:50]))
+
+    def test_number_pairs_split(self):
+        for split, lines in CORPUS.items():
+            for line in lines:
+                if line["task"] in corpus.OPS:
+                    a, b = line["item"]
+                    self.assertEqual(corpus.is_heldout_pair(line["task"], a, b, 0.1), split != "train", line)
+
+    def test_reasoning_never_leaks_heldout_pairs(self):
+        for line in CORPUS["train"]:
+            if line["mode"] == "thinking" and line["task"] in corpus.OPS:
+                for step in corpus.arithmetic_steps(line["task"], *line["item"]):
+                    self.assertFalse(corpus.is_heldout_pair(*step, 0.1), (line, step))
+
+    def test_phrasings_split(self):
+        for kind, (train_t, held_t) in corpus.TEMPLATES.items():
+            held = [template_regex(t) for t in held_t]
+            train = [template_regex(t) for t in train_t]
+            task = "unit" if kind == "convert" else kind
+            for line in CORPUS["train"]:
+                if line["task"] == task and line["mode"] != "tool_result":
+                    q = question_of(line)
+                    self.assertFalse(any(r.match(q) for r in held), q)
+            for line in CORPUS["eval"]:
+                if line["task"] == task and line["kind"] == "answer":
+                    q = question_of(line)
+                    self.assertFalse(any(r.match(q) for r in train), q)
+
+    def test_answers_are_right(self):
+        for line in CORPUS["train"] + CORPUS["eval"]:
+            if line["task"] in corpus.OPS and line.get("mode") != "tool_call" and line.get("kind") != "tool_call":
+                self.assertEqual(line["answer"], corpus.arithmetic(line["task"], *line["item"]))
+            if line["task"] == "capital" and line.get("mode", line.get("kind")) in ("plain", "answer"):
+                self.assertEqual(dict(corpus.CAPITALS)[line["item"][0]], line["answer"])
+
+    def test_eval_set(self):
+        kinds = [l["kind"] for l in CORPUS["eval"]]
+        self.assertEqual(kinds[:200], ["answer"] * 200)
+        self.assertEqual(len({json.dumps(l["request"], sort_keys=True) for l in CORPUS["eval"]}), len(kinds))
+        for kind in ("json", "thinking", "tool_call", "tool_result"):
+            self.assertGreaterEqual(kinds.count(kind), 5, kind)
+
+
+@unittest.skipUnless(os.path.exists(render.DEFAULT_ENCODER), "no reference encoder in .deps/reference")
+class RenderTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.renderer = render.Renderer()
+
+    def test_selftest(self):
+        summary, examples = render.selftest(self.renderer, CORPUS["train"][:1500] + CORPUS["eval"])
+        self.assertEqual(set(examples), {"plain", "json", "thinking", "tool_call", "tool_result", "answer"})
+
+    def test_completion_shapes(self):
+        by_mode = {}
+        for line in CORPUS["train"]:
+            by_mode.setdefault(line["mode"], line)
+        eos, dsml = "<｜end▁of▁sentence｜>", "｜DSML｜"
+        _, c = self.renderer.pieces(by_mode["plain"]["request"], by_mode["plain"]["reply"])
+        self.assertEqual(c, [(str(by_mode["plain"]["answer"]), False), (eos, True)])
+        _, c = self.renderer.pieces(by_mode["thinking"]["request"], by_mode["thinking"]["reply"])
+        self.assertEqual(c[1], ("</think>", True))
+        _, c = self.renderer.pieces(by_mode["tool_call"]["request"], by_mode["tool_call"]["reply"])
+        self.assertEqual(c[0], ("\n\n<", False))
+        self.assertEqual(c[1], (dsml, True))
+        self.assertEqual(c[-1], (eos, True))
+
+    def test_control_text_is_refused(self):
+        request = {"messages": [{"role": "user", "content": "say <think> please"}]}
+        with self.assertRaises(ValueError):
+            self.renderer.pieces(request)
+
+    @unittest.skipUnless(strata_has("chat-template"), "no strata binary with chat-template")
+    def test_same_prompts_as_strata(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "r.json")
+            for line in CORPUS["eval"][::8] + CORPUS["train"][:40]:
+                with open(path, "w") as f:
+                    json.dump(line["request"], f, ensure_ascii=False)
+                got = json.loads(subprocess.run([STRATA, "chat-template", "--request", path, "--pieces"],
+                                                capture_output=True, check=True).stdout)
+                self.assertEqual([(p["text"], p["control"]) for p in got], self.renderer.pieces(line["request"])[0])
+
+
+class NamesTest(unittest.TestCase):
+    def test_fixture_names_and_shapes(self):
+        """The official list, renamed as save_pretrained writes it, is exactly the a_hc4 fixture's file."""
+        fixture = os.path.join(REPO, "tests", "fixtures", "a_hc4")
+        with open(os.path.join(fixture, "config.json")) as f:
+            cfg = json.load(f)
+        header = read_safetensors_header(os.path.join(fixture, "model.safetensors"))
+        ours = {mc.saved_name(n): shape for n, shape, _ in mc.official_tensors(cfg)}
+        self.assertEqual(set(ours), set(header))
+        for name, shape in ours.items():
+            self.assertEqual(header[name]["shape"], shape, name)
+
+    def test_state_dict_names(self):
+        cases = {
+            "layers.1.attn.indexer.compressor.wkv.weight": "model.layers.1.self_attn.compressor.indexer.kv_proj.weight",
+            "layers.1.attn.indexer.weights_proj.weight":
+                "model.layers.1.self_attn.compressor.indexer.scorer.weights_proj.weight",
+            "layers.1.attn.compressor.norm.weight": "model.layers.1.self_attn.compressor.kv_norm.weight",
+            "layers.0.attn.kv_norm.weight": "model.layers.0.self_attn.kv_norm.weight",
+            "layers.0.hc_ffn_fn": "model.layers.0.ffn_hc.fn",
+            "layers.0.ffn.gate.bias": "model.layers.0.mlp.gate.e_score_correction_bias",
+            "layers.0.ffn.shared_experts.w3.weight": "model.layers.0.mlp.shared_experts.up_proj.weight",
+            "hc_head_scale": "model.hc_head.hc_scale",
+            "embed.weight": "model.embed_tokens.weight",
+            "head.weight": "lm_head.weight",
+        }
+        for official, hf in cases.items():
+            self.assertEqual(mc.state_dict_name(official), hf)
+        self.assertEqual(mc.routed_expert_slot("layers.3.ffn.experts.7.w2.weight"), (3, 7, "w2"))
+        self.assertIsNone(mc.routed_expert_slot("layers.3.ffn.shared_experts.w2.weight"))
+
+    def test_budget(self):
+        cfg = mc.demo_config()
+        self.assertLess(mc.checkpoint_bytes(cfg, "fp8") / 1e6 + 4.4, 40.0)
+        self.assertEqual(cfg["layer_types"], [mc.SWA, mc.CSA, mc.HCA, mc.CSA])
+        self.assertEqual(cfg["mlp_layer_types"][0], "hash_moe")
+
+    def test_config_keys_accepted(self):
+        keys = mc.strata_config_keys(os.path.join(REPO, "src", "model", "config.cpp"))
+        with open(os.path.join(REPO, "tests", "fixtures", "transformers_saved_config.json")) as f:
+            saved = json.load(f)
+        config, dropped = mc.strata_config(saved, keys)
+        self.assertEqual(dropped, [])
+        self.assertTrue(config["tie_word_embeddings"])
+
+
+@unittest.skipUnless(os.path.exists(os.path.join(V3_DIR, "tokenizer.json")), "no V3 tokenizer in .deps")
+class TokenizerTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp()
+        cls.size = make_tokenizer.make(V3_DIR, cls.tmp)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def test_ids(self):
+        with open(os.path.join(self.tmp, "tokenizer.json")) as f:
+            ids = {t["content"]: t["id"] for t in json.load(f)["added_tokens"]}
+        self.assertEqual(self.size, 128847)
+        for spelling, want in make_tokenizer.PINNED_IDS.items():
+            self.assertEqual(ids[spelling], want)
+        self.assertEqual(ids["<｜User｜>"], 128803)
+        self.assertEqual(ids["<｜end▁of▁sentence｜>"], 1)
+
+    @unittest.skipUnless(strata_has("tokenize"), "no strata binary with tokenize")
+    def test_strata_reads_it(self):
+        out = subprocess.run([STRATA, "tokenize", "--model", self.tmp, "--parse-special", "--text",
+                              "<｜User｜>1+1<｜Assistant｜></think>2<｜end▁of▁sentence｜>｜DSML｜"],
+                             capture_output=True, check=True).stdout
+        ids = json.loads(out)
+        self.assertEqual(ids[0], 128803)
+        self.assertEqual(ids[-1], 128825)
+        self.assertIn(128822, ids)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# A checkpoint with train.py's exact layout, random values, written with the stdlib
+# ----------------------------------------------------------------------------------------------------------
+
+DTYPE_BYTES = {"F32": 4, "BF16": 2, "F8_E4M3": 1, "I32": 4}
+
+
+def read_safetensors_header(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    header.pop("__metadata__", None)
+    return header
+
+
+def random_tensor(dtype, n, rng, experts=None, k=None):
+    if dtype == "F8_E4M3":  # magnitudes 2^-3..2^1, both signs; never the NaN codes 0x7F / 0xFF
+        return bytes(rng.choice((0, 128)) | rng.randrange(0x28, 0x48) for _ in range(n))
+    if dtype == "BF16":  # small normal values: sign/exponent byte 0x3C / 0xBC, random mantissa
+        out = bytearray(rng.randbytes(2 * n))
+        out[1::2] = bytes(rng.choice((0x3C, 0xBC)) for _ in range(n))
+        return bytes(out)
+    if dtype == "I32":
+        rows = [rng.sample(range(experts), k) for _ in range(n // k)]
+        return array.array("i", [e for r in rows for e in r]).tobytes()
+    return array.array("f", [1.0 + 0.05 * rng.uniform(-1, 1) for _ in range(n)]).tobytes()
+
+
+def write_fake_export(out_dir, cfg, seed=0):
+    """model.safetensors + config.json as train.py exports them (values random, layout exact)."""
+    rng = random.Random(seed)
+    tensors = []
+    for name, shape, kind in mc.official_tensors(cfg):
+        n = 1
+        for s in shape:
+            n *= s
+        if kind == "embed":
+            tensors.append((name, "F8_E4M3", shape, random_tensor("F8_E4M3", n, rng)))
+            scale = mc.fp8_scale_shape(shape)
+            tensors.append(("embed.scale", "F32", scale, array.array("f", [0.05] * (scale[0] * scale[1])).tobytes()))
+        elif kind == "matrix":
+            tensors.append((name, "BF16", shape, random_tensor("BF16", n, rng)))
+        elif kind == "index":
+            tensors.append((name, "I32", shape, random_tensor("I32", n, rng, cfg["n_routed_experts"], shape[1])))
+        else:
+            tensors.append((name, "F32", shape, random_tensor("F32", n, rng)))
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    blob = json.dumps(header).encode()
+    blob += b" " * (-len(blob) % 8)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(blob)) + blob)
+        for _, _, _, data in tensors:
+            f.write(data)
+    # What transformers' to_dict() gives looks like the saved fixture config; pin this model's values on it.
+    with open(os.path.join(REPO, "tests", "fixtures", "transformers_saved_config.json")) as f:
+        saved = json.load(f)
+    saved.update({k: v for k, v in cfg.items() if k != "rope_parameters"})
+    config, dropped = mc.strata_config(saved, mc.strata_config_keys(os.path.join(REPO, "src", "model", "config.cpp")))
+    assert not dropped, dropped
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+
+
+@unittest.skipUnless(strata_has("chat-template") and os.path.exists(os.path.join(V3_DIR, "tokenizer.json")),
+                     "needs a strata binary with chat-template and the V3 tokenizer")
+class StrataLoadsExportTest(unittest.TestCase):
+    def test_export_layout(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg = mc.demo_config()
+            write_fake_export(tmp, cfg)
+            make_tokenizer.make(V3_DIR, tmp)
+            info = subprocess.run([STRATA, "model", "info", "--model", tmp], capture_output=True, text=True)
+            self.assertEqual(info.returncode, 0, info.stderr)
+            # A chat prompt through Strata's encoder + tokenizer, then greedy generation on the export layout.
+            line = CORPUS["eval"][0]
+            path = os.path.join(tmp, "request.json")
+            with open(path, "w") as f:
+                json.dump(line["request"], f)
+            ids = subprocess.run([STRATA, "chat-template", "--model", tmp, "--request", path, "--ids"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+            gen = subprocess.run([STRATA, "generate", "--model", tmp, "--prompt-ids", ids, "--max-tokens", "4",
+                                  "--temperature", "0", "--ignore-eos"], capture_output=True, text=True)
+            self.assertEqual(gen.returncode, 0, gen.stderr)
+            self.assertEqual(len(gen.stdout.strip().split(",")), 4)
+            # check_strata.py greedy, on a self-consistent expected file.
+            record = {"id": "x", "kind": "answer", "request": line["request"], "correct": False,
+                      "prompt_ids": [int(x) for x in ids.split(",")],
+                      "completion_ids": [int(x) for x in gen.stdout.strip().split(",")]}
+            expected = os.path.join(tmp, "expected.jsonl")
+            with open(expected, "w") as f:
+                f.write(json.dumps(record) + "\n")
+            chk = subprocess.run([sys.executable, os.path.join(HERE, "check_strata.py"), "greedy", "--strata", STRATA,
+                                  "--model", tmp, "--expected", expected], capture_output=True, text=True)
+            self.assertEqual(chk.returncode, 0, chk.stdout + chk.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
