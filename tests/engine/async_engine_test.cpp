@@ -10,9 +10,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "model/deepseek_v4/presets.h"
-#include "model/deepseek_v4/random_init.h"
-#include "test_util.h"
+#include "tiny_model.h"
 
 namespace strata::engine {
 namespace {
@@ -39,11 +37,7 @@ struct Collector {
 
 class AsyncEngineTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    const std::string dir = test::temp_dir("async_engine");
-    model::v4::write_random_checkpoint(model::v4::preset_config("tiny"), dir, 4, DType::F32);
-    model_ = new model::v4::Model(model::v4::load_model(dir));
-  }
+  static void SetUpTestSuite() { model_ = test::tiny_model("async_engine", 4).release(); }
   static void TearDownTestSuite() { delete model_; }
   static EngineConfig config() {
     EngineConfig c;

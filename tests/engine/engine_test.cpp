@@ -7,9 +7,7 @@
 #include <map>
 
 #include "core/error.h"
-#include "model/deepseek_v4/presets.h"
-#include "model/deepseek_v4/random_init.h"
-#include "test_util.h"
+#include "tiny_model.h"
 
 namespace strata::engine {
 namespace {
@@ -18,11 +16,7 @@ using model::v4::Model;
 
 class EngineTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    const std::string dir = test::temp_dir("engine");
-    model::v4::write_random_checkpoint(model::v4::preset_config("tiny"), dir, 11, DType::F32);
-    model_ = new Model(model::v4::load_model(dir));
-  }
+  static void SetUpTestSuite() { model_ = test::tiny_model("engine", 11).release(); }
   static void TearDownTestSuite() { delete model_; }
 
   // Tokens the model alone produces: prefill then one forward per token, sampling as the engine does.

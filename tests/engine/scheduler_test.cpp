@@ -4,20 +4,14 @@
 
 #include <gtest/gtest.h>
 
-#include "model/deepseek_v4/presets.h"
-#include "model/deepseek_v4/random_init.h"
-#include "test_util.h"
+#include "tiny_model.h"
 
 namespace strata::engine {
 namespace {
 
 class SchedulerTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    const std::string dir = test::temp_dir("scheduler");
-    model::v4::write_random_checkpoint(model::v4::preset_config("tiny"), dir, 2, DType::F32);
-    model_ = new model::v4::Model(model::v4::load_model(dir));
-  }
+  static void SetUpTestSuite() { model_ = test::tiny_model("scheduler", 2).release(); }
   static void TearDownTestSuite() { delete model_; }
 
   static Sequence make(uint64_t id, int64_t prompt_len) {
