@@ -443,7 +443,7 @@ def eval_lines(seed, frac):
     for i in range(EVAL_OTHER["tool"]):
         task = tasks[i % len(tasks)]
         (req1, _, call, item), (req2, _, result, _) = sampler.tool_turns(task)
-        add_unique("tool_call", task, req1, {"tool_call": call}, call, 96, item)
+        add_unique("tool_call", task, req1, {"tool_call": call}, call, 128, item)
         add_unique("tool_result", task, req2, {"content": str(result)}, result, 16, item)
     return out
 
@@ -482,6 +482,7 @@ def main():
                "heldout": stats(heldout), "eval": stats(evals)}
     with open(os.path.join(args.out, "corpus_stats.json"), "w") as f:
         json.dump(summary, f, indent=2)
+        f.write("\n")
     print(json.dumps(summary, indent=2))
 
 

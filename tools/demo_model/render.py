@@ -33,7 +33,6 @@ usage:
   python3 tools/demo_model/render.py tokenize --tokenizer DIR --in CORPUS.jsonl --out OUT.jsonl   (tokenizers)
 """
 import argparse
-import copy
 import importlib.util
 import json
 import os

@@ -243,10 +243,10 @@ def read_safetensors_header(path):
 
 def random_tensor(dtype, n, rng, experts=None, k=None):
     if dtype == "F8_E4M3":  # magnitudes 2^-3..2^1, both signs; never the NaN codes 0x7F / 0xFF
-        return bytes(rng.choice((0, 128)) | rng.randrange(0x28, 0x48) for _ in range(n))
+        return rng.randbytes(n).translate(bytes((b & 128) | (0x28 + b % 32) for b in range(256)))
     if dtype == "BF16":  # small normal values: sign/exponent byte 0x3C / 0xBC, random mantissa
         out = bytearray(rng.randbytes(2 * n))
-        out[1::2] = bytes(rng.choice((0x3C, 0xBC)) for _ in range(n))
+        out[1::2] = rng.randbytes(n).translate(bytes(0x3C | (b & 128) for b in range(256)))
         return bytes(out)
     if dtype == "I32":
         rows = [rng.sample(range(experts), k) for _ in range(n // k)]

@@ -2,7 +2,8 @@
 """Train Strata's demo DeepSeek-V4 model on the synthetic chat corpus, export it, and verify the export.
 
 Runs on the GPU machine (torch, transformers with DeepseekV4ForCausalLM, tokenizers, safetensors; no network).
-run_on_gpu.sh is the one command that calls it; see docs/demo_model.md.
+run_on_gpu.sh is the one command that calls it; see docs/demo_model.md. The checkpoint format is in export.py,
+greedy decoding and answer checks in greedy_eval.py, the corpus rendering in render.py.
 
 Phases (each prints a "== phase" line and its time):
   1. tokenize   corpus lines -> (prompt ids, completion ids) through render.py (reference encoder + the request
@@ -33,6 +34,7 @@ expected_greedy.jsonl. Exit status 0 only when the export verified.
 MTP: not trained (transformers has no MTP module; num_nextn_predict_layers = 0). Deferred.
 """
 import argparse
+import hashlib
 import json
 import math
 import multiprocessing
@@ -44,15 +46,16 @@ import time
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 import model_config as mc  # noqa: E402
 import render  # noqa: E402
+from export import (FakeQuantEmbedding, compare_with_save_pretrained, export_official, fp8_dequantize,  # noqa: E402
+                    model_from_official, save_official, write_config)
+from greedy_eval import PAD_ID, evaluate, greedy, selected_logits, set_exact  # noqa: E402
 
-EOS_ID, PAD_ID = 1, 1
 T0 = float(os.environ.get("DEMO_START", time.time()))  # run_on_gpu.sh passes its start, so deadlines count it
 
 
@@ -175,44 +178,6 @@ def collate(lines, device):
 # ----------------------------------------------------------------------------------------------------------
 
 
-def fp8_blockwise(w, block=mc.FP8_BLOCK):
-    """DeepSeek block FP8: e4m3 codes and one F32 scale per 128x128 block (value = code * scale)."""
-    rows, cols = w.shape
-    rb, cb = -(-rows // block), -(-cols // block)
-    padded = F.pad(w.float(), (0, cb * block - cols, 0, rb * block - rows))
-    blocks = padded.view(rb, block, cb, block)
-    amax = blocks.abs().amax(dim=(1, 3))
-    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
-    codes = (blocks / scale[:, None, :, None]).to(torch.float8_e4m3fn)
-    return codes.view(rb * block, cb * block)[:rows, :cols].contiguous(), scale.contiguous()
-
-
-def fp8_dequantize(codes, scale, block=mc.FP8_BLOCK):
-    rows, cols = codes.shape
-    full = scale.repeat_interleave(block, 0)[:rows].repeat_interleave(block, 1)[:, :cols]
-    return codes.float() * full
-
-
-class FakeQuantEmbedding(nn.Embedding):
-    """nn.Embedding whose lookups (and the logits, see head_weight) use the FP8-rounded table.
-
-    Straight-through: the forward sees dequant(quant(W)), gradients reach W unchanged. The parameter keeps the
-    name "weight", so state_dict names do not change and lm_head stays tied to it.
-    """
-
-    def quantized_weight(self):
-        codes, scale = fp8_blockwise(self.weight.detach())
-        return self.weight + (fp8_dequantize(codes, scale) - self.weight).detach()
-
-    def forward(self, ids):
-        return F.embedding(ids, self.quantized_weight())
-
-
-def head_weight(model):
-    emb = model.model.embed_tokens
-    return emb.quantized_weight() if isinstance(emb, FakeQuantEmbedding) else model.lm_head.weight
-
-
 def build_model(cfg_kwargs, args, device):
     from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
 
@@ -235,16 +200,6 @@ def build_model(cfg_kwargs, args, device):
     model.lm_head.weight = model.model.embed_tokens.weight  # tied, whatever the transformers version did
     assert model.lm_head.weight is model.model.embed_tokens.weight
     return config, model.to(device)
-
-
-def hidden_states(model, ids):
-    return model.model(input_ids=ids, use_cache=False).last_hidden_state
-
-
-def selected_logits(model, ids, rows, cols):
-    """Logits only where they are needed (a full [B, T, 129280] tensor would dwarf the rest of the model)."""
-    h = hidden_states(model, ids)
-    return h[rows, cols] @ head_weight(model).t()
 
 
 class RouterBalancer:
@@ -277,197 +232,8 @@ class RouterBalancer:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# 5. Export: transformers state -> official tensors, and back
+# 3. Preflight and 7. verification (the export format itself is in export.py, decoding in evaluate.py)
 # ----------------------------------------------------------------------------------------------------------
-
-
-def export_official(model, cfg, embed_dtype):
-    """{official name: tensor} in the stored dtypes. Every state-dict entry must be used exactly once."""
-    sd = {k: v.detach() for k, v in model.state_dict().items()}
-    used, out = set(), {}
-    inter = cfg["moe_intermediate_size"]
-    for name, shape, kind in mc.official_tensors(cfg):
-        slot = mc.routed_expert_slot(name)
-        if slot:
-            layer, e, which = slot
-            gate_up, down = mc.stacked_expert_names(layer)
-            used.update((gate_up, down))
-            t = {"w1": sd[gate_up][e, :inter], "w3": sd[gate_up][e, inter:], "w2": sd[down][e]}[which]
-        else:
-            key = mc.state_dict_name(name)
-            used.add(key)
-            t = sd[key]
-        if list(t.shape) != shape:
-            raise RuntimeError(f"export: {name} has shape {list(t.shape)}, expected {shape}")
-        if kind == "embed" and embed_dtype == "fp8":
-            out[name], out["embed.scale"] = fp8_blockwise(t)
-        elif kind in ("embed", "matrix"):
-            out[name] = t.to(torch.bfloat16).contiguous()
-        elif kind == "float":
-            out[name] = t.float().contiguous()
-        else:
-            out[name] = t.to(torch.int32).contiguous()
-    leftover = set(sd) - used - {"lm_head.weight"}
-    if leftover:
-        raise RuntimeError(f"export: state-dict entries with no official name: {sorted(leftover)[:10]}")
-    return {k: v.cpu() for k, v in out.items()}
-
-
-def official_to_state_dict(official, cfg):
-    """Inverse of export_official (values as float32 / int64, the embedding dequantized)."""
-    sd, inter, experts = {}, cfg["moe_intermediate_size"], cfg["n_routed_experts"]
-    for name, shape, kind in mc.official_tensors(cfg):
-        t = official[name]
-        if kind == "embed" and t.dtype == torch.float8_e4m3fn:
-            t = fp8_dequantize(t, official["embed.scale"])
-        t = t.long() if kind == "index" else t.float()
-        slot = mc.routed_expert_slot(name)
-        if slot:
-            layer, e, which = slot
-            gate_up, down = mc.stacked_expert_names(layer)
-            sd.setdefault(gate_up, torch.zeros(experts, 2 * inter, cfg["hidden_size"]))
-            sd.setdefault(down, torch.zeros(experts, cfg["hidden_size"], inter))
-            if which == "w1":
-                sd[gate_up][e, :inter] = t
-            elif which == "w3":
-                sd[gate_up][e, inter:] = t
-            else:
-                sd[down][e] = t
-        else:
-            sd[mc.state_dict_name(name)] = t
-    return sd
-
-
-def model_from_official(official, config, cfg, device):
-    """A plain fp32 DeepseekV4ForCausalLM holding exactly the exported values: what Strata will compute."""
-    from transformers import DeepseekV4ForCausalLM
-
-    model = DeepseekV4ForCausalLM(config).float()
-    model.config._attn_implementation = "eager"
-    missing, unexpected = model.load_state_dict(official_to_state_dict(official, cfg), strict=False)
-    if unexpected or set(missing) - {"lm_head.weight"}:
-        raise RuntimeError(f"rebuild from export: missing {missing}, unexpected {unexpected}")
-    model.lm_head.weight = model.model.embed_tokens.weight
-    return model.to(device).eval()
-
-
-def save_official(official, out_dir):
-    from safetensors.torch import save_file
-
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, "model.safetensors")
-    save_file(official, path, metadata={"format": "pt", "producer": "strata tools/demo_model/train.py"})
-    return path
-
-
-def write_config(config, out_dir):
-    """config.json from transformers' own serialisation, keeping only keys Strata accepts (reported)."""
-    config_cpp = os.path.join(REPO, "src", "model", "config.cpp")
-    accepted = mc.strata_config_keys(config_cpp) if os.path.exists(config_cpp) else None
-    cfg, dropped = mc.strata_config(config.to_dict(), accepted)
-    if dropped:
-        log(f"config.json: dropped keys Strata does not accept: {dropped}")
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2, sort_keys=True)
-        f.write("\n")
-    return dropped
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Greedy decoding and answer checks
-# ----------------------------------------------------------------------------------------------------------
-
-
-@torch.no_grad()
-def greedy(model, prompts, max_new, batch_size=64, autocast=False):
-    """Greedy completions (lists of ids, ending with EOS when one was produced) without a KV cache.
-
-    Each step reruns the right-padded batch: exact, simple, and what a whole-prompt prefill computes.
-    """
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    out = [None] * len(prompts)
-    device = next(model.parameters()).device
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        limit = max(max_new[i] for i in idx)
-        width = max(len(prompts[i]) for i in idx) + limit
-        ids = torch.full((len(idx), width), PAD_ID, dtype=torch.long, device=device)
-        lens = torch.tensor([len(prompts[i]) for i in idx], device=device)
-        for b, i in enumerate(idx):
-            ids[b, : len(prompts[i])] = torch.tensor(prompts[i], device=device)
-        gen = [[] for _ in idx]
-        alive = torch.ones(len(idx), dtype=torch.bool, device=device)
-        for step in range(limit):
-            rows = torch.arange(len(idx), device=device)
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-                logits = selected_logits(model, ids[:, : int(lens.max())], rows, lens - 1)
-            tok = logits.float().argmax(dim=-1)
-            for b in range(len(idx)):
-                if alive[b]:
-                    gen[b].append(int(tok[b]))
-            ids[rows[alive], lens[alive]] = tok[alive]
-            lens = lens + alive.long()
-            finished = (tok == EOS_ID) | torch.tensor([len(g) >= max_new[i] for g, i in zip(gen, idx)], device=device)
-            alive = alive & ~finished
-            if not alive.any():
-                break
-        for b, i in enumerate(idx):
-            out[i] = gen[b]
-    return out
-
-
-def check_answer(line, parsed):
-    """Does a parsed completion meet the eval line's expectation?"""
-    expect = line["expect"]
-    if "tool_call" in expect:
-        calls = parsed["tool_calls"]
-        if not calls:
-            return False
-        want = expect["tool_call"]
-        return calls[0]["function"]["name"] == want["name"] and json.loads(calls[0]["function"]["arguments"]) == want["arguments"]
-    if "content_json" in expect:
-        try:
-            return json.loads(parsed["content"]) == expect["content_json"]
-        except ValueError:
-            return False
-    ok = parsed["content"] == expect["content"]
-    if expect.get("reasoning_nonempty"):
-        ok = ok and bool(parsed["reasoning_content"].strip())
-    return ok
-
-
-def evaluate(model, lines, tokenizer, renderer, autocast):
-    """Greedy answers for eval lines; returns per-line records and accuracy by kind."""
-    prompts = [l["ids"]["prompt"] for l in lines]
-    max_new = [int(l["request"].get("max_tokens", 64)) for l in lines]
-    completions = greedy(model, prompts, max_new, autocast=autocast)
-    records, by_kind = [], {}
-    for line, comp in zip(lines, completions):
-        text = tokenizer.decode(comp)
-        try:
-            parsed = renderer.parse(text, line["request"])
-            correct, error = check_answer(line, parsed), None
-        except Exception as e:  # the reference parser raises on malformed output
-            parsed, correct, error = None, False, f"{type(e).__name__}: {e}"
-        records.append({"id": line["id"], "kind": line["kind"], "task": line["task"], "request": line["request"],
-                        "prompt_ids": line["ids"]["prompt"], "completion_ids": comp, "text": text,
-                        "parsed": parsed, "parse_error": error, "expect": line["expect"], "correct": correct})
-        k = by_kind.setdefault(line["kind"], [0, 0])
-        k[0] += correct
-        k[1] += 1
-    return records, {k: round(c / n, 4) for k, (c, n) in by_kind.items()}, {k: f"{c}/{n}" for k, (c, n) in by_kind.items()}
-
-
-# ----------------------------------------------------------------------------------------------------------
-# 3. Preflight and 7. verification
-# ----------------------------------------------------------------------------------------------------------
-
-
-def set_exact(exact):
-    """fp32 everywhere for reference numbers (TF32 off); TF32 allowed while training."""
-    torch.backends.cuda.matmul.allow_tf32 = not exact
-    torch.backends.cudnn.allow_tf32 = not exact
-    torch.set_float32_matmul_precision("highest" if exact else "high")
 
 
 @torch.no_grad()
@@ -500,44 +266,14 @@ def preflight(model, config, cfg, args, sample, device):
     log(f"preflight: live model vs rebuilt export: max rel diff {rel:.2e} (bf16 rounding of matrices)")
     # (d) transformers' save_pretrained names/values match the official export under Strata's aliases
     problems = compare_with_save_pretrained(rebuilt, official, cfg)
-    assert not problems, f"save_pretrained disagrees with the official export: {problems[:5]}"
-    log("preflight: save_pretrained tensors match the official export under Strata's name aliases")
+    if problems and not args.allow_save_pretrained_mismatch:
+        raise AssertionError(f"save_pretrained disagrees with the official export: {problems[:5]} "
+                             "(--allow-save-pretrained-mismatch continues anyway)")
+    log("preflight: save_pretrained tensors " + (f"DIFFER: {problems[:5]}" if problems else
+                                                  "match the official export under Strata's name aliases"))
     del rebuilt
     model.train()
     set_exact(False)
-
-
-def compare_with_save_pretrained(model, official, cfg):
-    """Every official tensor must be found in save_pretrained's file under one of Strata's aliases, with the
-    same values, and the file must hold nothing else (Strata rejects unexpected tensors)."""
-    from safetensors import safe_open
-
-    problems = []
-    with tempfile.TemporaryDirectory() as tmp:
-        model.save_pretrained(tmp)
-        saved = {}
-        for f in os.listdir(tmp):
-            if f.endswith(".safetensors"):
-                with safe_open(os.path.join(tmp, f), "pt") as st:
-                    saved.update({k: st.get_tensor(k) for k in st.keys()})
-    claimed = set()
-    for name, shape, kind in mc.official_tensors(cfg):
-        hit = next((a for a in mc.name_aliases(name) if a in saved), None)
-        if hit is None:
-            problems.append(f"{name}: none of {mc.name_aliases(name)} in save_pretrained output")
-            continue
-        claimed.add(hit)
-        want = official[name]
-        if want.dtype == torch.float8_e4m3fn:
-            want = fp8_dequantize(want, official["embed.scale"])
-        got = saved[hit]
-        same = torch.equal(got.long(), want.long()) if kind == "index" else torch.equal(got.float(), want.float())
-        if list(got.shape) != shape or not same:
-            problems.append(f"{name}: values differ from save_pretrained's '{hit}'")
-    extra = sorted(set(saved) - claimed - {"head.weight", "lm_head.weight"})
-    if extra:
-        problems.append(f"save_pretrained wrote tensors with no official name: {extra[:5]}")
-    return problems
 
 
 def verify_reload(model_dir, exact_records, official, config, cfg, device, n):
@@ -545,7 +281,7 @@ def verify_reload(model_dir, exact_records, official, config, cfg, device, n):
     from safetensors.torch import save_file
     from transformers import DeepseekV4ForCausalLM
 
-    lines = exact_records[:n]
+    lines = exact_records[:: max(1, len(exact_records) // n)][:n]  # every kind: answers, json, thinking, tools
     prompts = [r["prompt_ids"] for r in lines]
     max_new = [len(r["completion_ids"]) for r in lines]
     want = [r["completion_ids"] for r in lines]
@@ -654,7 +390,7 @@ def train(model, data, args, tokenizer, renderer, device, budget_s, log_file):
                    "targets": n_targets, "router_max_over_mean": round(imbalance, 2)}
             log_file.write(json.dumps(rec) + "\n")
             log(f"step {step:5d}  loss {value:.4f}  ema {ema:.4f}  lr {rec['lr']:.2e}  |g| {grad_norm:.2f}  "
-                f"batch {len(batch)}  router max/mean {imbalance:.2f}")
+                f"batch {len(batch)}  router max/mean {imbalance:.2f}  {step / max(elapsed, 1e-9):.1f} steps/s")
         if elapsed >= next_eval:
             next_eval += args.eval_every_s
             rec = periodic_eval(model, held_sample, eval_sample, tokenizer, renderer, device, step, elapsed)
@@ -674,7 +410,8 @@ def eval_subset(lines, n):
     others = [k for k in by_kind if k != "answer"]
     for k in others:
         quota[k] = max(1, (n - quota["answer"]) // max(1, len(others)))
-    return [l for k, ls in by_kind.items() for l in ls[: quota.get(k, 0)]]
+    # evenly spaced, so every task is represented (eval lines are grouped by task)
+    return [l for k, ls in by_kind.items() for l in ls[:: max(1, len(ls) // max(1, quota.get(k, 0)))][: quota.get(k, 0)]]
 
 
 def periodic_eval(model, held_sample, eval_sample, tokenizer, renderer, device, step, elapsed):
@@ -698,13 +435,13 @@ def parse_args():
     ap.add_argument("--encoder", default=render.DEFAULT_ENCODER)
     ap.add_argument("--chat-reference", default=render.DEFAULT_CHAT_REFERENCE)
     ap.add_argument("--minutes", type=float, default=6.0, help="training wall-clock budget")
-    ap.add_argument("--deadline-minutes", type=float, default=9.3,
+    ap.add_argument("--deadline-minutes", type=float, default=9.2,
                     help="finish everything this long after DEMO_START (the device runs a command 10 minutes)")
-    ap.add_argument("--reserve-s", type=float, default=100, help="time kept for export, evaluation, verification")
+    ap.add_argument("--reserve-s", type=float, default=130, help="time kept for export, evaluation, verification")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hidden", type=int, default=192)
     ap.add_argument("--layers", type=int, default=4, choices=sorted(mc.LAYER_SCHEDULES))
-    ap.add_argument("--moe-inter", type=int, default=96)
+    ap.add_argument("--moe-inter", type=int, default=128)
     ap.add_argument("--experts", type=int, default=8)
     ap.add_argument("--embed-dtype", choices=["fp8", "bf16"], default="fp8")
     ap.add_argument("--max-mb", type=float, default=40.0, help="budget for the model folder (weights + tokenizer)")
@@ -722,28 +459,47 @@ def parse_args():
     ap.add_argument("--eval-every-s", type=float, default=75)
     ap.add_argument("--eval-lines", type=int, default=48, help="greedy-checked lines per periodic eval")
     ap.add_argument("--verify-lines", type=int, default=32, help="prompts compared in the reload checks")
+    ap.add_argument("--allow-save-pretrained-mismatch", action="store_true",
+                    help="continue when save_pretrained's tensors disagree with the official export (reported)")
     return ap.parse_args()
 
 
 def main():
+    """Runs everything; summary.json is written even when a phase fails (with the error), for the logs."""
     args = parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("train.py needs a CUDA device")
-    device = torch.device("cuda")
     os.makedirs(args.out, exist_ok=True)
-    model_dir = os.path.join(args.out, "model")
-    import transformers
+    summary = {"args": vars(args)}
+    try:
+        ok = run(args, summary)
+    except BaseException as e:
+        summary["error"] = f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        summary["timings_s"] = Phase.timings
+        with open(os.path.join(args.out, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2, default=str)
+    log("RESULT: " + ("OK" if ok else "EXPORT NOT VERIFIED"))
+    sys.exit(0 if ok else 1)
 
-    log(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.cuda.get_device_name(0)}")
-    summary = {"args": vars(args), "torch": torch.__version__, "transformers": transformers.__version__,
-               "device": torch.cuda.get_device_name(0)}
+
+def run(args, summary):
+    model_dir = os.path.join(args.out, "model")
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     renderer = render.Renderer(args.encoder, args.chat_reference)
     tokenizer = render.PieceTokenizer(os.path.join(args.tokenizer_dir, "tokenizer.json"))
 
-    with Phase("tokenize"):
+    with Phase("tokenize"):  # first: its worker processes are forked before CUDA is initialised
         data = load_data(args, tokenizer)
+
+    if not torch.cuda.is_available():
+        sys.exit("train.py needs a CUDA device")
+    device = torch.device("cuda")
+    import transformers
+
+    log(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.cuda.get_device_name(0)}")
+    summary.update(torch=torch.__version__, transformers=transformers.__version__,
+                   device=torch.cuda.get_device_name(0))
 
     with Phase("model"):
         cfg = mc.demo_config(args.hidden, args.layers, args.moe_inter, args.experts)
@@ -773,11 +529,15 @@ def main():
         official = export_official(model, cfg, args.embed_dtype)
         path = save_official(official, model_dir)
         summary["config_keys_dropped"] = write_config(config, model_dir)
+        if summary["config_keys_dropped"]:
+            log(f"config.json: dropped keys Strata does not accept: {summary['config_keys_dropped']}")
         for f in ("tokenizer.json", "tokenizer_config.json"):
             if os.path.abspath(args.tokenizer_dir) != os.path.abspath(model_dir):
                 with open(os.path.join(args.tokenizer_dir, f), "rb") as src, open(os.path.join(model_dir, f), "wb") as dst:
                     dst.write(src.read())
         sizes = {f: os.path.getsize(os.path.join(model_dir, f)) for f in sorted(os.listdir(model_dir))}
+        with open(os.path.join(model_dir, "tokenizer.json"), "rb") as f:
+            summary["tokenizer_sha256"] = hashlib.sha256(f.read()).hexdigest()
         summary["files"] = sizes
         summary["model_dir_mb"] = round(sum(sizes.values()) / 1e6, 2)
         log(f"wrote {path}; model folder {summary['model_dir_mb']} MB: {sizes}")
@@ -808,14 +568,9 @@ def main():
     with Phase("verify"):
         summary["verify"] = verify_reload(model_dir, records, official, config, cfg, device, args.verify_lines)
 
-    summary["timings_s"] = Phase.timings
-    with open(os.path.join(args.out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    ok = summary["verify"]["save_pretrained_reload_same_tokens"] is True
     log(f"SUMMARY: steps {steps}; plain-answer accuracy {counts.get('answer')} ({acc.get('answer')}); "
         f"all kinds {counts}; model folder {summary['model_dir_mb']} MB; verify {summary['verify']}")
-    log("RESULT: " + ("OK" if ok else "EXPORT NOT VERIFIED"))
-    sys.exit(0 if ok else 1)
+    return summary["verify"]["save_pretrained_reload_same_tokens"] is True
 
 
 if __name__ == "__main__":
