@@ -61,7 +61,7 @@ float f16_to_f32(uint16_t h) {
   return sign ? -v : v;
 }
 
-float fp8_e4m3_to_f32(uint8_t v) {
+float fp8_e4m3_decode(uint8_t v) {
   const uint32_t sign = v >> 7, exp = (v >> 3) & 0xfu, mant = v & 0x7u;
   float r;
   if (exp == 0xf && mant == 0x7)
@@ -73,12 +73,21 @@ float fp8_e4m3_to_f32(uint8_t v) {
   return sign ? -r : r;
 }
 
+const std::array<float, 256>& fp8_e4m3_table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int v = 0; v < 256; ++v) t[static_cast<size_t>(v)] = fp8_e4m3_decode(static_cast<uint8_t>(v));
+    return t;
+  }();
+  return table;
+}
+
 uint8_t f32_to_fp8_e4m3(float f) {
   // Codes 0x00..0x7e are the non-negative finite values in increasing order: round to the nearest by binary
   // search, saturating at ±448 (ties resolve to the smaller magnitude, which is enough for weight generation).
   static const std::array<float, 127> kValues = [] {
     std::array<float, 127> v{};
-    for (int code = 0; code < 127; ++code) v[static_cast<size_t>(code)] = fp8_e4m3_to_f32(static_cast<uint8_t>(code));
+    for (int code = 0; code < 127; ++code) v[static_cast<size_t>(code)] = fp8_e4m3_decode(static_cast<uint8_t>(code));
     return v;
   }();
   if (std::isnan(f)) return 0x7f;

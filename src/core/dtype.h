@@ -1,4 +1,5 @@
 #pragma once
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -27,8 +28,11 @@ inline uint16_t f32_to_bf16(float f) {
 }
 
 float f16_to_f32(uint16_t h);
-// OCP FP8 E4M3 (the "fn" variant: no infinities, 0x7f/0xff are NaN), as in torch.float8_e4m3fn.
-float fp8_e4m3_to_f32(uint8_t v);
+// OCP FP8 E4M3 (the "fn" variant: no infinities, 0x7f/0xff are NaN), as in torch.float8_e4m3fn. A table lookup:
+// dequantizing FP8 weights row by row is on the CPU backend's hot path.
+float fp8_e4m3_decode(uint8_t v);  // the arithmetic definition, used to build the table
+const std::array<float, 256>& fp8_e4m3_table();
+inline float fp8_e4m3_to_f32(uint8_t v) { return fp8_e4m3_table()[v]; }
 uint8_t f32_to_fp8_e4m3(float f);
 // FP4 E2M1: sign, 2 exponent bits, 1 mantissa bit: {0, 0.5, 1, 1.5, 2, 3, 4, 6} and negatives.
 inline float fp4_e2m1_to_f32(uint8_t nibble) {
