@@ -51,10 +51,51 @@ const uint64_t* BpeModel::MergeTable::find(uint64_t key) const {
   }
 }
 
+void BpeSpec::add_merge_line(std::string_view line, size_t index, const std::string& where) {
+  if (line.rfind("#version", 0) == 0) return;
+  const size_t space = line.find(' ');
+  if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos)
+    fail(where, ".merges[", index, "]: expected two tokens separated by one space, found \"", line, "\"");
+  merges.emplace_back(std::string(line.substr(0, space)), std::string(line.substr(space + 1)));
+}
+
 BpeModel BpeModel::from_json(const nlohmann::json& spec, const std::string& where) {
   if (!spec.is_object()) fail(where, ": expected an object");
+  BpeSpec parts;
+  for (auto it = spec.begin(); it != spec.end(); ++it) {
+    if (it.key() == "vocab") {
+      parts.has_vocab = it.value().is_object();
+      if (!parts.has_vocab) continue;
+      for (auto v = it.value().begin(); v != it.value().end(); ++v) {
+        if (!v.value().is_number_integer())
+          fail(where, ".vocab[\"", v.key(), "\"]: expected a non-negative integer id, found ", v.value().dump());
+        parts.vocab.emplace_back(v.key(), v.value().get<int64_t>());
+      }
+    } else if (it.key() == "merges") {
+      parts.has_merges = it.value().is_array();
+      if (!parts.has_merges) continue;
+      for (size_t i = 0; i < it.value().size(); ++i) {
+        const nlohmann::json& merge = it.value()[i];
+        if (merge.is_string()) {
+          parts.add_merge_line(merge.get_ref<const std::string&>(), i, where);
+        } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+          parts.add_merge_pair(merge[0].get<std::string>(), merge[1].get<std::string>());
+        } else {
+          fail(where, ".merges[", i, "]: expected \"a b\" or [\"a\", \"b\"], found ", merge.dump());
+        }
+      }
+    } else {
+      parts.options[it.key()] = it.value();
+    }
+  }
+  return from_spec(std::move(parts), where);
+}
+
+BpeModel BpeModel::from_spec(BpeSpec parts, const std::string& where) {
+  const nlohmann::json& spec = parts.options;
   const std::string type = spec.contains("type") && spec["type"].is_string() ? spec["type"].get<std::string>() : "";
-  if (type != "BPE") fail(where, ".type: expected \"BPE\" (the only model supported), found ", spec.value("type", nlohmann::json()).dump());
+  if (type != "BPE")
+    fail(where, ".type: expected \"BPE\" (the only model supported), found ", spec.value("type", nlohmann::json()).dump());
   if (spec.contains("dropout") && !spec["dropout"].is_null() && spec["dropout"] != 0)
     fail(where, ".dropout: BPE dropout is not supported (expected null), found ", spec["dropout"].dump());
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
@@ -62,15 +103,14 @@ BpeModel BpeModel::from_json(const nlohmann::json& spec, const std::string& wher
       fail(where, ".", key, ": not supported (expected null), found ", spec[key].dump());
 
   BpeModel m;
-  if (!spec.contains("vocab") || !spec["vocab"].is_object()) fail(where, ".vocab: expected an object of token → id");
-  const nlohmann::json& vocab = spec["vocab"];
-  m.vocab_.reserve(vocab.size());
+  if (!parts.has_vocab) fail(where, ".vocab: expected an object of token → id");
+  m.vocab_.reserve(parts.vocab.size());
   int64_t max_id = -1;
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > INT32_MAX)
-      fail(where, ".vocab[\"", it.key(), "\"]: expected a non-negative integer id, found ", it.value().dump());
-    const auto id = static_cast<int32_t>(it.value().get<int64_t>());
-    m.vocab_.emplace(it.key(), id);
+  for (auto& [token, id64] : parts.vocab) {
+    if (id64 < 0 || id64 > INT32_MAX)
+      fail(where, ".vocab[\"", token, "\"]: expected a non-negative integer id, found ", id64);
+    const auto id = static_cast<int32_t>(id64);
+    m.vocab_[std::move(token)] = id;  // a repeated key keeps its last id, as a JSON object does
     max_id = std::max<int64_t>(max_id, id);
   }
   m.id_to_token_.resize(static_cast<size_t>(max_id + 1));
@@ -81,39 +121,22 @@ BpeModel BpeModel::from_json(const nlohmann::json& spec, const std::string& wher
     m.id_present_[id] = 1;
   }
 
-  if (!spec.contains("merges") || !spec["merges"].is_array()) fail(where, ".merges: expected an array");
-  const nlohmann::json& merges = spec["merges"];
+  if (!parts.has_merges) fail(where, ".merges: expected an array");
   std::vector<std::pair<uint64_t, uint64_t>> entries;
-  entries.reserve(merges.size());
-  uint32_t rank = 0;
+  entries.reserve(parts.merges.size());
   std::string merged;
-  const auto id_of = [&](std::string_view token, size_t i) {
-    const auto it = m.vocab_.find(token);
-    if (it == m.vocab_.end()) fail(where, ".merges[", i, "]: token \"", token, "\" is not in the vocabulary");
-    return static_cast<uint32_t>(it->second);
-  };
-  for (size_t i = 0; i < merges.size(); ++i) {
-    const nlohmann::json& merge = merges[i];
-    std::string_view left, right;
-    if (merge.is_string()) {  // "a b"
-      const std::string& line = merge.get_ref<const std::string&>();
-      if (line.rfind("#version", 0) == 0) continue;
-      const size_t space = line.find(' ');
-      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
-        fail(where, ".merges[", i, "]: expected two tokens separated by one space, found \"", line, "\"");
-      left = std::string_view(line).substr(0, space);
-      right = std::string_view(line).substr(space + 1);
-    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
-      left = merge[0].get_ref<const std::string&>();
-      right = merge[1].get_ref<const std::string&>();
-    } else {
-      fail(where, ".merges[", i, "]: expected \"a b\" or [\"a\", \"b\"], found ", merge.dump());
-    }
+  for (size_t rank = 0; rank < parts.merges.size(); ++rank) {
+    const auto& [left, right] = parts.merges[rank];
+    const auto id_of = [&](std::string_view token) {
+      const auto it = m.vocab_.find(token);
+      if (it == m.vocab_.end())
+        fail(where, ".merges: merge ", rank, " (\"", left, " ", right, "\"): token \"", token, "\" is not in the vocabulary");
+      return static_cast<uint32_t>(it->second);
+    };
     merged.assign(left);
     merged.append(right);
-    const uint64_t key = static_cast<uint64_t>(id_of(left, i)) << 32 | id_of(right, i);
-    entries.emplace_back(key, static_cast<uint64_t>(rank) << 32 | id_of(merged, i));
-    ++rank;
+    const uint64_t key = static_cast<uint64_t>(id_of(left)) << 32 | id_of(right);
+    entries.emplace_back(key, static_cast<uint64_t>(rank) << 32 | id_of(merged));
   }
   m.merges_.build(entries);
 

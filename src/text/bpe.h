@@ -14,10 +14,25 @@
 
 namespace strata::text {
 
+// tokenizer.json's "model" with its two large members held apart from the JSON tree: building a tree for 128k
+// vocabulary entries and merges is most of a load's time, so Tokenizer::load streams them straight in here.
+struct BpeSpec {
+  nlohmann::json options = nlohmann::json::object();          // the other members: "type", "unk_token", ...
+  std::vector<std::pair<std::string, int64_t>> vocab;          // token → id, in file order
+  std::vector<std::pair<std::string, std::string>> merges;     // by rank
+  bool has_vocab = false, has_merges = false;
+
+  // One element of "merges": a legacy "a b" line (a "#version" line is skipped) or an ["a", "b"] pair. `index`
+  // is its position in the array, for errors.
+  void add_merge_line(std::string_view line, size_t index, const std::string& where);
+  void add_merge_pair(std::string left, std::string right) { merges.emplace_back(std::move(left), std::move(right)); }
+};
+
 class BpeModel {
  public:
   // `spec` is tokenizer.json's "model"; `where` names it in errors ("tokenizer.json: model").
   static BpeModel from_json(const nlohmann::json& spec, const std::string& where);
+  static BpeModel from_spec(BpeSpec spec, const std::string& where);
 
   // Appends the ids of one pre-token. With byte_level, `word` is raw bytes, each read as its byte-level
   // character; otherwise `word` is UTF-8 and each code point is a starting symbol.

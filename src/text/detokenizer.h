@@ -21,6 +21,7 @@ size_t append_utf8_lossy(std::string_view bytes, bool final, std::string& out);
 // Byte offset of the first invalid UTF-8 sequence in `text`, or npos when it is all valid.
 size_t find_invalid_utf8(std::string_view text);
 
+// One per generated sequence; the tokenizer must outlive it.
 class IncrementalDetokenizer {
  public:
   explicit IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special = false);

@@ -223,8 +223,9 @@ std::string escape_literal(std::string_view s) {
 SplitRegex::SplitRegex(const std::string& pattern, const std::string& where) {
   int error = 0;
   PCRE2_SIZE offset = 0;
+  // MULTILINE: in Oniguruma's syntax (what HF compiles with) ^ and $ always match at line starts and ends.
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &error, &offset, nullptr);
   if (!code) fail(where, ": cannot compile the regex '", pattern, "': ", pcre2_message(error), " at offset ", offset);
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // when JIT is unavailable, matching falls back to the interpreter
   code_ = std::shared_ptr<void>(code, [](void* c) { pcre2_code_free(static_cast<pcre2_code*>(c)); });

@@ -13,19 +13,142 @@ namespace strata::text {
 
 namespace {
 
-nlohmann::json read_json(const std::string& path) {
+std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) fail(path, ": cannot open (expected a Hugging Face tokenizer file there)");
   std::string content(static_cast<size_t>(in.tellg()), '\0');
   in.seekg(0);
   in.read(content.data(), static_cast<std::streamsize>(content.size()));
   if (!in) fail(path, ": cannot read");
+  return content;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  const std::string content = read_file(path);
   try {
     return nlohmann::json::parse(content);
   } catch (const nlohmann::json::parse_error& e) {
     fail(path, ": not valid JSON: ", e.what());
   }
 }
+
+// Reads tokenizer.json in one streaming pass: model.vocab and model.merges go straight into a BpeSpec, everything
+// else becomes an ordinary JSON tree.
+class TokenizerJsonReader : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  explicit TokenizerJsonReader(std::string where) : where_(std::move(where)) {}
+  nlohmann::json root;
+  BpeSpec bpe;
+
+  bool null() override { return scalar(nullptr); }
+  bool boolean(bool v) override { return scalar(v); }
+  bool number_integer(number_integer_t v) override { return scalar(v); }
+  bool number_unsigned(number_unsigned_t v) override { return scalar(v); }
+  bool number_float(number_float_t v, const string_t&) override { return scalar(v); }
+  bool string(string_t& v) override {
+    switch (mode()) {
+      case Mode::kMerges: bpe.add_merge_line(v, merge_index_++, where_ + ": model"); return true;
+      case Mode::kMergePair: pair_.push_back(std::move(v)); return true;
+      default: return scalar(std::move(v));
+    }
+  }
+  bool binary(binary_t&) override { return scalar(nullptr); }
+  bool key(string_t& k) override {
+    key_ = std::move(k);
+    return true;
+  }
+  bool start_object(std::size_t) override {
+    if (mode() == Mode::kVocab || mode() == Mode::kMergePair) bad_value("an object");
+    if (mode() == Mode::kMerges) fail(where_, ": model.merges[", merge_index_, "]: expected \"a b\" or [\"a\", \"b\"], found an object");
+    if (at_model_member("vocab")) {
+      bpe.has_vocab = true;
+      stack_.push_back({nullptr, Mode::kVocab});
+    } else {
+      stack_.push_back({place(nlohmann::json::object()), Mode::kTree, stack_.size() == 1 && key_ == "model"});
+    }
+    return true;
+  }
+  bool end_object() override {
+    stack_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    if (mode() == Mode::kVocab || mode() == Mode::kMergePair) bad_value("an array");
+    if (mode() == Mode::kMerges) {
+      pair_.clear();
+      stack_.push_back({nullptr, Mode::kMergePair});
+    } else if (at_model_member("merges")) {
+      bpe.has_merges = true;
+      stack_.push_back({nullptr, Mode::kMerges});
+    } else {
+      stack_.push_back({place(nlohmann::json::array()), Mode::kTree});
+    }
+    return true;
+  }
+  bool end_array() override {
+    if (mode() == Mode::kMergePair) {
+      if (pair_.size() != 2)
+        fail(where_, ": model.merges[", merge_index_, "]: expected [\"a\", \"b\"], found ", pair_.size(), " strings");
+      bpe.add_merge_pair(std::move(pair_[0]), std::move(pair_[1]));
+      ++merge_index_;
+    }
+    stack_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    fail(where_, ": not valid JSON: ", e.what());
+  }
+
+ private:
+  enum class Mode { kTree, kVocab, kMerges, kMergePair };
+  struct Frame {
+    nlohmann::json* node;
+    Mode mode;
+    bool is_model = false;  // the root's "model" object
+  };
+  Mode mode() const { return stack_.empty() ? Mode::kTree : stack_.back().mode; }
+  bool at_model_member(const char* name) const { return !stack_.empty() && stack_.back().is_model && key_ == name; }
+  [[noreturn]] void bad_value(const char* found) const {
+    if (mode() == Mode::kVocab) fail(where_, ": model.vocab[\"", key_, "\"]: expected a non-negative integer id, found ", found);
+    fail(where_, ": model.merges[", merge_index_, "]: expected [\"a\", \"b\"], found ", found, " inside");
+  }
+  nlohmann::json* place(nlohmann::json value) {
+    if (stack_.empty()) {
+      root = std::move(value);
+      return &root;
+    }
+    nlohmann::json& parent = *stack_.back().node;
+    if (parent.is_object()) {
+      nlohmann::json& slot = parent[key_];
+      slot = std::move(value);
+      return &slot;
+    }
+    parent.push_back(std::move(value));
+    return &parent.back();
+  }
+  bool scalar(nlohmann::json value) {
+    switch (mode()) {
+      case Mode::kVocab:
+        if (!value.is_number_integer()) bad_value(value.type_name());
+        bpe.vocab.emplace_back(std::move(key_), value.get<int64_t>());
+        return true;
+      case Mode::kMerges:
+        fail(where_, ": model.merges[", merge_index_, "]: expected \"a b\" or [\"a\", \"b\"], found ", value.dump());
+      case Mode::kMergePair:
+        bad_value(value.type_name());
+      case Mode::kTree:
+        place(std::move(value));
+        return true;
+    }
+    return true;
+  }
+
+  std::string where_;
+  std::vector<Frame> stack_;
+  std::string key_;
+  std::vector<std::string> pair_;
+  size_t merge_index_ = 0;
+};
 
 bool flag(const nlohmann::json& obj, const char* key, bool fallback, const std::string& where) {
   if (!obj.contains(key) || obj[key].is_null()) return fallback;
@@ -125,7 +248,9 @@ Tokenizer Tokenizer::load(const std::string& model_dir) {
   namespace fs = std::filesystem;
   const std::string tokenizer_path = (fs::path(model_dir) / "tokenizer.json").string();
   const std::string config_path = (fs::path(model_dir) / "tokenizer_config.json").string();
-  const nlohmann::json spec = read_json(tokenizer_path);
+  TokenizerJsonReader reader(tokenizer_path);
+  nlohmann::json::sax_parse(read_file(tokenizer_path), &reader);
+  const nlohmann::json& spec = reader.root;
   const nlohmann::json config = read_json(config_path);
   if (!spec.is_object()) fail(tokenizer_path, ": expected a JSON object");
   if (!config.is_object()) fail(config_path, ": expected a JSON object");
@@ -143,8 +268,9 @@ Tokenizer Tokenizer::load(const std::string& model_dir) {
   }
   if (!spec.contains("decoder") || !spec["decoder"].is_object() || spec["decoder"].value("type", "") != "ByteLevel")
     fail(where, ": decoder: expected {\"type\": \"ByteLevel\", ...}, found ", spec.value("decoder", nlohmann::json()).dump().substr(0, 200));
-  if (!spec.contains("model")) fail(where, ": model: missing");
-  t.model_ = BpeModel::from_json(spec["model"], where + ": model");
+  if (!spec.contains("model") || !spec["model"].is_object()) fail(where, ": model: expected an object");
+  reader.bpe.options = spec["model"];
+  t.model_ = BpeModel::from_spec(std::move(reader.bpe), where + ": model");
   t.pre_tokenizer_ = PreTokenizer::from_json(spec.value("pre_tokenizer", nlohmann::json()), where + ": pre_tokenizer");
 
   // Added tokens get their ids the way HF's AddedVocabulary::add_tokens gives them: a spelling already in the

@@ -3,11 +3,13 @@
 // the `strata tokenize` command.
 #include <sys/wait.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -103,6 +105,29 @@ TEST(TokenizerParity, SpelledOutCases) {
   EXPECT_TRUE(v3().encode("", true).empty());
 }
 
+TEST(TokenizerParity, ConcurrentEncodesAgree) {
+  // One Tokenizer shared by several threads (its BPE cache is shared, its regex scratch is per thread).
+  const std::vector<std::string> corpus = read_lines(fixture_path("corpus.jsonl"));
+  const std::vector<std::string> special = read_lines(fixture_path("expected_parse_special.jsonl"));
+  std::vector<std::string> texts;
+  std::vector<std::vector<int32_t>> want;
+  for (size_t i = 0; i < corpus.size(); i += 5) {
+    texts.push_back(nlohmann::json::parse(corpus[i]).get<std::string>());
+    want.push_back(nlohmann::json::parse(special[i]).get<std::vector<int32_t>>());
+  }
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (size_t k = 0; k < texts.size(); ++k) {
+        const size_t i = (k * 7 + static_cast<size_t>(t) * 131) % texts.size();
+        if (v3().encode(texts[i], true) != want[i]) ++wrong;
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+}
+
 TEST(TokenizerVocabulary, IdsTextsAndConfig) {
   const Tokenizer& t = v3();
   EXPECT_EQ(t.vocab_size(), 128815);
@@ -195,6 +220,39 @@ TEST(TokenizerV4, TestTokenizerAddsTheV4Tokens) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(TokenizerAddedTokens, StripFlagsAndTheTwoPassesMatchHf) {
+  // V3 plus tokens with lstrip / rstrip, and a non-normalized token that overlaps a normalized one (HF cuts the
+  // non-normalized ones first). Expected ids from HF tokenizers 0.23.2 on the same file.
+  std::ifstream in(v3_dir() + "/tokenizer.json");
+  nlohmann::json spec = nlohmann::json::parse(in);
+  const auto token = [](int id, const char* content, bool lstrip, bool rstrip, bool normalized, bool special) {
+    return nlohmann::json{{"id", id},         {"content", content},       {"single_word", false}, {"lstrip", lstrip},
+                          {"rstrip", rstrip}, {"normalized", normalized}, {"special", special}};
+  };
+  spec["added_tokens"].push_back(token(128815, "[L]", true, false, false, true));
+  spec["added_tokens"].push_back(token(128816, "[R]", false, true, true, false));
+  spec["added_tokens"].push_back(token(128817, "[LR]", true, true, false, true));
+  spec["added_tokens"].push_back(token(128818, "<｜User｜>x", false, false, false, true));
+  const std::string dir = test::temp_dir("tok_flags");
+  std::ofstream(dir + "/tokenizer.json") << spec.dump();
+  std::filesystem::copy_file(v3_dir() + "/tokenizer_config.json", dir + "/tokenizer_config.json");
+  const Tokenizer t = Tokenizer::load(dir);
+  const std::vector<std::pair<std::string, std::vector<int32_t>>> cases = {
+      {"a [L] b", {67, 128815, 291}},
+      {"a   [L]b", {67, 128815, 68}},
+      {"a\u3000\u00a0[R]   \n b", {67, 18524, 2162, 128816, 68}},
+      {"[L][L]  [R]  [R]", {128815, 128815, 262, 128816, 128816}},
+      {"x [LR] y", {90, 128817, 91}},
+      {"  [LR]  [LR]  ", {128817, 128817}},
+      {"<｜User｜>x<｜User｜>y", {128818, 128803, 91}},
+      {"a<｜User｜>xx", {67, 128818, 90}},
+      {"[R]\u0085\u180e z", {128816, 115522, 239, 961}},  // rstrip takes U+0085 (White_Space), not U+180E
+      {"\t[L]", {128815}},
+  };
+  for (const auto& [text, ids] : cases) EXPECT_EQ(t.encode(text, true), ids) << text;
+  std::filesystem::remove_all(dir);
+}
+
 // Writes a tokenizer directory from the V3 config and a small tokenizer.json with `edit` applied.
 std::string broken_tokenizer(const std::string& tag, const std::function<void(nlohmann::json&)>& edit) {
   nlohmann::json spec = {
@@ -233,7 +291,7 @@ TEST(TokenizerLoad, ErrorsNameTheFileAndField) {
   };
   expect_error(test::temp_dir("tok_missing"), "tokenizer.json: cannot open");
   expect_error(broken_tokenizer("merge", [](nlohmann::json& s) { s["model"]["merges"] = {"a c"}; }),
-               "tokenizer.json: model.merges[0]: token \"c\" is not in the vocabulary");
+               "tokenizer.json: model.merges: merge 0 (\"a c\"): token \"c\" is not in the vocabulary");
   expect_error(broken_tokenizer("merge_form", [](nlohmann::json& s) { s["model"]["merges"] = {"a b c"}; }),
                "model.merges[0]: expected two tokens separated by one space");
   expect_error(broken_tokenizer("pretok", [](nlohmann::json& s) { s["pre_tokenizer"] = {{"type", "Whitespace"}}; }),
