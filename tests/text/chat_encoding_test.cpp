@@ -275,7 +275,9 @@ const Tokenizer* v4_tokenizer() {
     if (!fs::exists(base / "tokenizer.json")) return nullptr;
     const std::string dir = strata::test::temp_dir("chat_v4_tokenizer");
     write_test_tokenizer(base.string(), dir);
-    return std::make_unique<Tokenizer>(Tokenizer::load(dir));
+    auto loaded = std::make_unique<Tokenizer>(Tokenizer::load(dir));
+    fs::remove_all(dir);  // ~8 MB of JSON, no longer needed once loaded
+    return loaded;
   }();
   return tokenizer.get();
 }
