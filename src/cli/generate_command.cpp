@@ -60,6 +60,7 @@ enum class PromptMode { Ids, Text, Chat };
 
 struct Prompt {
   PromptMode mode = PromptMode::Ids;
+  std::string option = "prompt-ids";  // the option it came from, for error messages
   std::vector<int32_t> ids;
   std::optional<text::Tokenizer> tokenizer;
   text::ChatRequestOptions chat;
@@ -76,10 +77,12 @@ Prompt read_prompt(const Args& args, const std::string& dir) {
   p.tokenizer = text::Tokenizer::load(dir);
   if (args.has("prompt")) {
     p.mode = PromptMode::Text;
+    p.option = "prompt";
     p.ids = p.tokenizer->encode(args.str("prompt"), args.has("parse-special"), true);
     return p;
   }
   p.mode = PromptMode::Chat;
+  p.option = "chat";
   std::ifstream in(args.str("chat"));
   if (!in) fail("option --chat: cannot read '", args.str("chat"), "'");
   const std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -156,7 +159,8 @@ int generate_command(const std::vector<std::string>& argv) {
     fail("sampling option ", e.what());  // names the parameter, e.g. "top_p: expected a number in (0, 1]…"
   }
   for (int32_t id : prompt)
-    if (id >= vocab) fail("prompt: token id ", id, " is outside the model's vocabulary [0, ", vocab, ")");
+    if (id >= vocab)
+      fail("option --", input.option, ": token id ", id, " is outside the model's vocabulary [0, ", vocab, ")");
   const bool dump = args.has("dump-logits");
   model::v4::SequenceState state = m.new_sequence();
 
