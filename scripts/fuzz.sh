@@ -64,6 +64,6 @@ for target in "${targets[@]}"; do
     echo "fuzz: $target FAILED; crashing input in $build/artifacts/ (full log: $build/$target.log)" >&2
     exit 1
   fi
-  grep -E "^(stat::number_of_executed_runs|stat::peak_rss_mb|#[0-9]+ +DONE)" "$build/$target.log" || true
+  grep -E "^(stat::number_of_executed_units|stat::new_units_added|stat::peak_rss_mb)" "$build/$target.log" || true
 done
 echo "fuzz: all targets passed"

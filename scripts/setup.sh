@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 [ $# -gt 0 ] && shift
 
-packages=(g++ cmake ninja-build ccache pkg-config nlohmann-json3-dev libgtest-dev libpcre2-dev nodejs npm)
+packages=(g++ cmake ninja-build ccache pkg-config nlohmann-json3-dev libgtest-dev libpcre2-dev nodejs npm libboost-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

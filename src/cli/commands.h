@@ -10,5 +10,6 @@ int generate_command(const std::vector<std::string>& args);
 int bench_command(const std::vector<std::string>& args);
 int tokenize_command(const std::vector<std::string>& args);
 int chat_template_command(const std::vector<std::string>& args);
+int serve_command(const std::vector<std::string>& args);
 
 }  // namespace strata::cli

@@ -19,6 +19,7 @@ commands:
   model      inspect a checkpoint (model info) or write a random-weight one (model init)
   tokenize   encode text with a model directory's tokenizer; prints token ids as JSON
   chat-template  print the DeepSeek-V4 prompt (or its ids) for an OpenAI chat-completions request
+  serve      OpenAI-compatible HTTP server (chat/completions, completions, models, health, metrics)
   version    print the version
 
 Run `strata <command> --help` for the options of a command, with an example.
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
     if (command == "bench") return strata::cli::bench_command(args);
     if (command == "tokenize") return strata::cli::tokenize_command(args);
     if (command == "chat-template") return strata::cli::chat_template_command(args);
+    if (command == "serve") return strata::cli::serve_command(args);
     if (command == "version" || command == "--version") {
       std::printf("strata %s\n", STRATA_VERSION);
       return 0;

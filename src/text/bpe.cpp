@@ -126,7 +126,9 @@ BpeModel BpeModel::from_spec(BpeSpec parts, const std::string& where) {
   entries.reserve(parts.merges.size());
   std::string merged;
   for (size_t rank = 0; rank < parts.merges.size(); ++rank) {
-    const auto& [left, right] = parts.merges[rank];
+    // Named references, not a structured binding: clang 14 (the fuzz build) cannot capture bindings in lambdas.
+    const auto& left = parts.merges[rank].first;
+    const auto& right = parts.merges[rank].second;
     const auto id_of = [&](std::string_view token) {
       const auto it = m.vocab_.find(token);
       if (it == m.vocab_.end())

@@ -59,13 +59,13 @@ TagParse parse_unbounded(std::string_view text, std::string_view open) {
     Attribute attribute;
     attribute.name = std::string(text.substr(name_start, pos - name_start));
     if (text[pos] != '=') {
-      return malformed(cat("expected '=\"' after attribute '", attribute.name, "' in tag '",
-                           excerpt(text.substr(0, pos + 1)), "'"));
+      return malformed(
+          cat("expected '=\"' after attribute '", attribute.name, "' in tag '", excerpt(text.substr(0, pos + 1)), "'"));
     }
     if (++pos >= text.size()) return result;
     if (text[pos] != '"') {
-      return malformed(cat("expected '\"' after '", attribute.name, "=' in tag '", excerpt(text.substr(0, pos + 1)),
-                           "'"));
+      return malformed(
+          cat("expected '\"' after '", attribute.name, "=' in tag '", excerpt(text.substr(0, pos + 1)), "'"));
     }
     const size_t value_start = ++pos;
     while (!at_end() && text[pos] != '"') {
@@ -96,13 +96,27 @@ void append_json_escaped(std::string& out, std::string_view raw) {
   for (const char ch : raw) {
     const auto c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char escaped[8];

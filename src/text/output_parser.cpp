@@ -181,7 +181,8 @@ bool OutputParser::step_text(bool at_end) {
       if (state_ == State::kReasoning) {
         state_ = State::kContent;
       } else {
-        warn(options_.thinking ? "a second </think> was kept as content" : "</think> in chat-mode output was kept as content");
+        warn(options_.thinking ? "</think> after the reasoning ended was kept as content"
+                               : "</think> in chat-mode output was kept as content");
         emit_text(spelling);
       }
       break;
@@ -234,6 +235,12 @@ bool OutputParser::step_markup(bool at_end) {
   pos_ += spaces;
   rest.remove_prefix(spaces);
   if (rest.empty()) return false;
+  const Match eos = dsml::match(rest, dsml::kEndOfSentence);
+  if (eos == Match::kPartial && !at_end) return false;
+  if (eos == Match::kFull) {
+    abandon_tool_calls("the end-of-sentence token came inside a tool_calls block");
+    return true;
+  }
   return state_ == State::kToolCalls ? step_tool_calls_tag(rest, at_end) : step_invoke_tag(rest, at_end);
 }
 
@@ -264,8 +271,8 @@ bool OutputParser::step_tool_calls_tag(std::string_view rest, bool at_end) {
   }
   const dsml::Attribute* name = attribute(tag, "name");
   if (tag.attributes.size() != 1 || name == nullptr || name->value.empty()) {
-    abandon_tool_calls(cat("expected <｜DSML｜invoke name=\"...\">, found '",
-                           dsml::excerpt(rest.substr(0, tag.length)), "'"));
+    abandon_tool_calls(
+        cat("expected <｜DSML｜invoke name=\"...\">, found '", dsml::excerpt(rest.substr(0, tag.length)), "'"));
     return true;
   }
   pos_ += tag.length;
@@ -288,9 +295,9 @@ bool OutputParser::step_invoke_tag(std::string_view rest, bool at_end) {
     return true;
   }
   if (dsml::match(rest, dsml::kParameterOpen) == Match::kNone) {
-    abandon_tool_calls(cat("expected <｜DSML｜parameter name=\"...\" string=\"true|false\"> or </｜DSML｜invoke> in call '",
-                           call_.name, "', found '",
-                           dsml::excerpt(decisive_prefix(rest, {dsml::kInvokeClose, dsml::kParameterOpen})), "'"));
+    abandon_tool_calls(cat(
+        "expected <｜DSML｜parameter name=\"...\" string=\"true|false\"> or </｜DSML｜invoke> in call '", call_.name,
+        "', found '", dsml::excerpt(decisive_prefix(rest, {dsml::kInvokeClose, dsml::kParameterOpen})), "'"));
     return true;
   }
   if (call_.arguments_done) {
@@ -325,8 +332,8 @@ bool OutputParser::step_invoke_tag(std::string_view rest, bool at_end) {
 bool OutputParser::step_value(bool at_end) {
   const std::string_view rest = std::string_view(buffer_).substr(pos_);
   if (rest.empty()) return false;
-  const Hit hit = find_literal(rest, state_ == State::kJsonBody ? std::span<const Literal>(kInvokeBody) : kParameterValue,
-                               at_end);
+  const Hit hit =
+      find_literal(rest, state_ == State::kJsonBody ? std::span<const Literal>(kInvokeBody) : kParameterValue, at_end);
   size_t plain = hit.pos;
   if (state_ == State::kStringValue) {
     if (hit.literal == nullptr && !at_end) plain -= dsml::incomplete_utf8_suffix(rest.substr(0, plain));

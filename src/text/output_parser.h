@@ -49,8 +49,8 @@ struct ParsedToolCall {
 };
 
 struct ParserOptions {
-  bool thinking = false;       // the prompt ended with <think>: the output starts inside the reasoning
-  bool tools_enabled = true;   // false: DSML is not parsed (kept as content, with a warning)
+  bool thinking = false;      // the prompt ended with <think>: the output starts inside the reasoning
+  bool tools_enabled = true;  // false: DSML is not parsed (kept as content, with a warning)
   // Tool call ids are this prefix followed by the call's index ("call_0", "call_1", ...). A server should make it
   // unique per response (e.g. "call_<request id>_") so ids stay unique across the turns of a conversation.
   std::string tool_call_id_prefix = "call_";
@@ -115,16 +115,16 @@ class OutputParser {
 
   ParserOptions options_;
   State state_;
-  bool after_tool_calls_ = false;  // whitespace right after a block is markup if only EOS or a block follows
+  bool after_tool_calls_ = false;       // whitespace right after a block is markup if only EOS or a block follows
   size_t spaces_after_tool_calls_ = 0;  // how much of it was seen already
   bool finished_ = false;
   std::string buffer_;  // input not consumed yet: [pos_, end) is held back
   size_t pos_ = 0;
   int64_t buffer_offset_ = 0;  // where buffer_ starts in the whole output
-  OutputDelta out_;  // what the current push()/finish() returns
+  OutputDelta out_;            // what the current push()/finish() returns
   OpenCall call_;
-  std::string block_opening_;  // the current block's opening tag and layout, until its first invoke
-  int block_calls_ = 0;        // invokes begun in the current block
+  std::string block_opening_;                      // the current block's opening tag and layout, until its first invoke
+  int block_calls_ = 0;                            // invokes begun in the current block
   std::string value_key_, value_tag_, value_raw_;  // the held string="false" value / JSON body
   std::vector<ParsedToolCall> calls_;
   std::vector<std::string> warnings_;

@@ -236,10 +236,11 @@ TEST(OutputParser, BlockWithoutBlankLineBefore) {
 }
 
 TEST(OutputParser, ParallelToolCalls) {
-  const std::string text = block({invoke("get_weather", {param("location", true, "杭州"), param("date", true, "2024-01-16")}),
-                                  invoke("get_weather", {param("location", true, "北京"), param("date", true, "2024-01-16")}),
-                                  invoke("get_time", {})}) +
-                           kEos;
+  const std::string text =
+      block({invoke("get_weather", {param("location", true, "杭州"), param("date", true, "2024-01-16")}),
+             invoke("get_weather", {param("location", true, "北京"), param("date", true, "2024-01-16")}),
+             invoke("get_time", {})}) +
+      kEos;
   const Result r = parse(text);
   EXPECT_EQ(r.content, "");
   ASSERT_EQ(r.calls.size(), 3u);
@@ -264,8 +265,8 @@ TEST(OutputParser, ContentAfterToolCallsAndSecondBlock) {
 }
 
 TEST(OutputParser, ParameterOrderKept) {
-  const Result r = parse(block({invoke("f", {param("zeta", true, "1"), param("alpha", false, "2"),
-                                            param("mid", true, "3")})}));
+  const Result r =
+      parse(block({invoke("f", {param("zeta", true, "1"), param("alpha", false, "2"), param("mid", true, "3")})}));
   EXPECT_EQ(r.calls.at(0).arguments, R"({"zeta": "1", "alpha": 2, "mid": "3"})");
 }
 
@@ -288,16 +289,17 @@ TEST(OutputParser, MultilineStringValueKeepsNewlines) {
 }
 
 TEST(OutputParser, NonStringValuesInsertedAsJson) {
-  const Result r = parse(block({invoke("f", {
-                                                param("int", false, "42"),
-                                                param("neg", false, "-1.5e3"),
-                                                param("yes", false, "true"),
-                                                param("no", false, "false"),
-                                                param("nothing", false, "null"),
-                                                param("list", false, R"([1, "two", [3], {"four": 4}])"),
-                                                param("obj", false, R"({"a": {"b": [null, "x\"y"]}, "c": "中"})"),
-                                                param("spaced", false, "\n  7 \n"),
-                                            })}) +
+  const Result r = parse(block({invoke("f",
+                                       {
+                                           param("int", false, "42"),
+                                           param("neg", false, "-1.5e3"),
+                                           param("yes", false, "true"),
+                                           param("no", false, "false"),
+                                           param("nothing", false, "null"),
+                                           param("list", false, R"([1, "two", [3], {"four": 4}])"),
+                                           param("obj", false, R"({"a": {"b": [null, "x\"y"]}, "c": "中"})"),
+                                           param("spaced", false, "\n  7 \n"),
+                                       })}) +
                          kEos);
   ASSERT_EQ(r.calls.size(), 1u);
   const nlohmann::json a = args(r, 0);
@@ -315,8 +317,8 @@ TEST(OutputParser, NonStringValuesInsertedAsJson) {
 }
 
 TEST(OutputParser, NonStringValueThatIsNotJsonBecomesString) {
-  const Result r = parse(block({invoke("f", {param("n", false, "forty two"), param("m", false, "{unclosed"),
-                                            param("e", false, "")})}));
+  const Result r = parse(
+      block({invoke("f", {param("n", false, "forty two"), param("m", false, "{unclosed"), param("e", false, "")})}));
   const nlohmann::json a = args(r, 0);
   EXPECT_EQ(a.at("n"), "forty two");
   EXPECT_EQ(a.at("m"), "{unclosed");
@@ -335,8 +337,9 @@ TEST(OutputParser, NulByteMakesNonStringValueAString) {
 
 TEST(OutputParser, JsonObjectWrittenInsideInvoke) {
   // SGLang's DeepSeekV4Detector "Format 2": a JSON object instead of parameters.
-  const Result r = parse("<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get\">\n{\"city\": \"San Francisco\", \"n\": [1]}\n"
-                         "</｜DSML｜invoke>\n</｜DSML｜tool_calls>");
+  const Result r = parse(
+      "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get\">\n{\"city\": \"San Francisco\", \"n\": [1]}\n"
+      "</｜DSML｜invoke>\n</｜DSML｜tool_calls>");
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].arguments, R"({"city": "San Francisco", "n": [1]})");
   EXPECT_TRUE(r.warnings.empty());
@@ -344,8 +347,9 @@ TEST(OutputParser, JsonObjectWrittenInsideInvoke) {
 
 TEST(OutputParser, LenientLayoutBetweenTags) {
   // No newlines, extra spaces inside tags, attributes in either order.
-  const Result r = parse("<｜DSML｜tool_calls><｜DSML｜invoke  name=\"f\" ><｜DSML｜parameter string=\"false\"\tname=\"a\">1"
-                         "</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜tool_calls>");
+  const Result r = parse(
+      "<｜DSML｜tool_calls><｜DSML｜invoke  name=\"f\" ><｜DSML｜parameter string=\"false\"\tname=\"a\">1"
+      "</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜tool_calls>");
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].arguments, R"({"a": 1})");
   EXPECT_TRUE(r.warnings.empty());
@@ -365,7 +369,7 @@ TEST(OutputParser, IdPrefix) {
 TEST(OutputParser, StreamsPlainTextImmediately) {
   OutputParser parser({});
   EXPECT_EQ(parser.push("Hello wor").content, "Hello wor");
-  EXPECT_EQ(parser.push("ld <").content, "ld ");  // "<" could start a tag
+  EXPECT_EQ(parser.push("ld <").content, "ld ");          // "<" could start a tag
   EXPECT_EQ(parser.push("b> and\n").content, "<b> and");  // "\n" could start "\n\n<｜DSML｜tool_calls>"
   EXPECT_EQ(parser.push("x").content, "\nx");
   EXPECT_EQ(parser.push("\xE4\xBD").content, "");  // half of 你: held until whole
@@ -378,7 +382,8 @@ TEST(OutputParser, StreamsReasoningAndStringArguments) {
   EXPECT_EQ(parser.push("thinking hard").reasoning_content, "thinking hard");
   OutputDelta d = parser.push("</thi");
   EXPECT_EQ(d.reasoning_content, "");
-  d = parser.push("nk>ok\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"w\">\n<｜DSML｜parameter name=\"t\" string=\"true\">ab");
+  d = parser.push(
+      "nk>ok\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"w\">\n<｜DSML｜parameter name=\"t\" string=\"true\">ab");
   EXPECT_EQ(d.content, "ok");
   ASSERT_EQ(d.tool_calls.size(), 1u);
   EXPECT_EQ(d.tool_calls[0].id, "call_0");
@@ -412,7 +417,7 @@ TEST(OutputParser, SecondThinkEndIsContent) {
   const Result r = parse("r</think>a</think>b", thinking());
   EXPECT_EQ(r.reasoning, "r");
   EXPECT_EQ(r.content, "a</think>b");
-  EXPECT_TRUE(has_warning(r, "a second </think>"));
+  EXPECT_TRUE(has_warning(r, "</think> after the reasoning ended"));
 }
 
 TEST(OutputParser, ThinkEndInChatModeIsContent) {
@@ -489,28 +494,32 @@ TEST(OutputParser, BadInvokeAttributes) {
 }
 
 TEST(OutputParser, BadParameterAttributesCloseTheCall) {
-  for (const std::string tag : {"<｜DSML｜parameter name=\"a\" strin=\"true\">", "<｜DSML｜parameter name=\"a\">",
-                                "<｜DSML｜parameter name=\"a\" string=\"yes\">", "<｜DSML｜parameter name='a' string=\"true\">"}) {
+  for (const std::string tag :
+       {"<｜DSML｜parameter name=\"a\" strin=\"true\">", "<｜DSML｜parameter name=\"a\">",
+        "<｜DSML｜parameter name=\"a\" string=\"yes\">", "<｜DSML｜parameter name='a' string=\"true\">"}) {
     const std::string rest = tag + "v</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
-    const std::string text = "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n" + param("ok", false, "1") + "\n" + rest;
+    const std::string text =
+        "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n" + param("ok", false, "1") + "\n" + rest;
     const Result r = parse(text);
     ASSERT_EQ(r.calls.size(), 1u) << tag;
     EXPECT_EQ(r.calls[0].arguments, R"({"ok": 1})") << tag;  // closed as it stood
-    EXPECT_EQ(r.content, rest) << tag;                        // the rest kept
+    EXPECT_EQ(r.content, rest) << tag;                       // the rest kept
     EXPECT_TRUE(has_warning(r, "tool call 'f' was cut short")) << tag;
   }
 }
 
 TEST(OutputParser, OverlongTagIsMalformed) {
-  const std::string text = "<｜DSML｜tool_calls><｜DSML｜invoke name=\"" + std::string(600, 'n') + "\"></｜DSML｜invoke>";
+  const std::string text =
+      "<｜DSML｜tool_calls><｜DSML｜invoke name=\"" + std::string(600, 'n') + "\"></｜DSML｜invoke>";
   const Result r = parse(text);
   EXPECT_EQ(r.content, text);
   EXPECT_TRUE(has_warning(r, "longer than"));
 }
 
 TEST(OutputParser, TruncatedInsideStringValue) {
-  const std::string text = "Sure.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"a\" "
-                           "string=\"true\">partial </｜DSML｜param";
+  const std::string text =
+      "Sure.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"a\" "
+      "string=\"true\">partial </｜DSML｜param";
   const Result r = parse(text);
   EXPECT_EQ(r.content, "Sure.");
   ASSERT_EQ(r.calls.size(), 1u);
@@ -555,8 +564,7 @@ TEST(OutputParser, TruncatedInsideTag) {
 }
 
 TEST(OutputParser, UnclosedBlockAfterCompleteCall) {
-  const std::string text = "\n\n<｜DSML｜tool_calls>\n" +
-                           invoke("f", {param("a", false, "1")}) + "\n";
+  const std::string text = "\n\n<｜DSML｜tool_calls>\n" + invoke("f", {param("a", false, "1")}) + "\n";
   const Result r = parse(text);
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].arguments, R"({"a": 1})");
@@ -565,13 +573,21 @@ TEST(OutputParser, UnclosedBlockAfterCompleteCall) {
 }
 
 TEST(OutputParser, EndOfSentenceInsideValue) {
-  const std::string text = "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"a\" string=\"true\">ab" +
-                           kEos;
+  const std::string text =
+      "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"a\" string=\"true\">ab" + kEos;
   const Result r = parse(text);
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].arguments, R"({"a": "ab"})");
   EXPECT_EQ(r.content, "");
   EXPECT_TRUE(has_warning(r, "end-of-sentence token came inside tool call 'f'"));
+}
+
+TEST(OutputParser, EndOfSentenceBetweenTags) {
+  const Result r = parse("<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n" + param("a", false, "1") + "\n" + kEos);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, R"({"a": 1})");
+  EXPECT_EQ(r.content, "");
+  EXPECT_TRUE(has_warning(r, "end-of-sentence token came inside a tool_calls block"));
 }
 
 TEST(OutputParser, InvalidJsonBodyIsContent) {
@@ -582,6 +598,16 @@ TEST(OutputParser, InvalidJsonBodyIsContent) {
   EXPECT_EQ(r.calls[0].arguments, "{}");
   EXPECT_EQ(r.content, body);
   EXPECT_TRUE(has_warning(r, "neither parameters nor a JSON object"));
+}
+
+TEST(OutputParser, JsonAfterParametersIsMalformed) {
+  // Found by the fuzzer: the warning must quote only the text that decided, whatever else was buffered.
+  const std::string rest = "{\"k\": 1}\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+  const Result r = parse("<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n" + param("a", false, "1") + "\n" + rest);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, R"({"a": 1})");
+  EXPECT_EQ(r.content, rest);
+  EXPECT_TRUE(has_warning(r, "found '{'"));
 }
 
 TEST(OutputParser, DuplicateParameterWarned) {
@@ -601,7 +627,8 @@ TEST(OutputParser, ParameterOutsideInvoke) {
 TEST(OutputParser, WarningsAreCapped) {
   std::string text;
   for (int i = 0; i < 100; ++i) {
-    text += "<｜DSML｜tool_calls><｜DSML｜invoke name=\"f" + std::to_string(i) + "\">oops</｜DSML｜invoke></｜DSML｜tool_calls>";
+    text += "<｜DSML｜tool_calls><｜DSML｜invoke name=\"f" + std::to_string(i) +
+            "\">oops</｜DSML｜invoke></｜DSML｜tool_calls>";
   }
   OutputParser parser({});
   parser.push(text);
@@ -614,11 +641,29 @@ TEST(OutputParser, WarningsAreCapped) {
 
 TEST(OutputParser, RandomMarkupSoupIsSplitIndependent) {
   // Fragments of every spelling the parser knows, glued at random: the fuzz target's property, in CI.
-  const std::vector<std::string> pieces = {
-      "<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>", "<｜DSML｜invoke name=\"f\">", "</｜DSML｜invoke>",
-      "<｜DSML｜parameter name=\"p\" string=\"true\">", "<｜DSML｜parameter name=\"q\" string=\"false\">",
-      "</｜DSML｜parameter>", "</think>", kEos, "\n\n", "\n", " ", "{\"k\": 1}", "42", "text", "\"", "\\", "中", "<",
-      "<｜DSML｜", "<｜DSML｜invoke", "=\"", "\x01"};
+  const std::vector<std::string> pieces = {"<｜DSML｜tool_calls>",
+                                           "</｜DSML｜tool_calls>",
+                                           "<｜DSML｜invoke name=\"f\">",
+                                           "</｜DSML｜invoke>",
+                                           "<｜DSML｜parameter name=\"p\" string=\"true\">",
+                                           "<｜DSML｜parameter name=\"q\" string=\"false\">",
+                                           "</｜DSML｜parameter>",
+                                           "</think>",
+                                           kEos,
+                                           "\n\n",
+                                           "\n",
+                                           " ",
+                                           "{\"k\": 1}",
+                                           "42",
+                                           "text",
+                                           "\"",
+                                           "\\",
+                                           "中",
+                                           "<",
+                                           "<｜DSML｜",
+                                           "<｜DSML｜invoke",
+                                           "=\"",
+                                           "\x01"};
   std::mt19937 rng(7);
   for (int trial = 0; trial < 60; ++trial) {
     std::string text;

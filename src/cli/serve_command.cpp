@@ -1,0 +1,175 @@
+// `strata serve`: the OpenAI-compatible HTTP server over one engine, until SIGTERM or SIGINT.
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "model/deepseek_v4/model.h"
+#include "model/deepseek_v4/state_pool.h"
+#include "server/server.h"
+#include "text/tokenizer.h"
+
+namespace strata::cli {
+
+namespace {
+
+constexpr const char* kHelp = R"(strata serve — an OpenAI-compatible HTTP server for a DeepSeek-V4 checkpoint.
+
+options:
+  --model DIR                checkpoint directory (config.json + safetensors + tokenizer.json/tokenizer_config.json)
+  --host ADDR                address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)
+  --port N                   TCP port (default 8000; 0 picks a free one and prints it)
+  --device cpu               the backend (only cpu today; cuda is issue 4)
+  --api-key KEY              require 'Authorization: Bearer KEY' on /v1/* (/health and /metrics stay open)
+  --served-model-name NAME   the model id clients send and see (default: the basename of --model)
+  --max-model-len N          prompt + generated tokens per sequence (default: min(8192, the model's
+                             max_position_embeddings))
+  --state-memory BYTES       memory for per-sequence state (sliding windows, compressor buffers, compressed-entry
+                             pages), e.g. 2GiB or 512M (default: --max-num-seqs slots plus 4096 pages of 64 KiB)
+  --max-num-seqs N           sequences in flight at once (default 64); each choice of a request is one sequence
+  --max-num-batched-tokens N tokens per engine step, the prefill chunk budget (default 2048)
+  --max-body-bytes N         largest request body accepted, else 413 (default 8388608)
+  --max-n N                  largest n (choices per prompt) accepted, else 400 (default 16)
+  --shutdown-grace S         on SIGTERM/SIGINT, seconds in-flight requests may take to finish before they are
+                             aborted (default 30; a second signal aborts them at once)
+  --idle-timeout S           close a keep-alive connection idle for S seconds (default 300)
+
+Endpoints: POST /v1/chat/completions, POST /v1/completions (stream or not), GET /v1/models, GET /health,
+GET /metrics (Prometheus text).
+
+example:
+  strata model init --preset tiny --out /tmp/tiny   # a random model; needs a tokenizer.json to serve
+  strata serve --model /tmp/tiny --port 8000
+  curl localhost:8000/v1/chat/completions -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":8}'
+)";
+
+// "2GiB", "512M", "1000000": binary suffixes K/Ki, M/Mi, G/Gi, T/Ti (powers of 1024), an optional trailing B.
+int64_t parse_bytes(const std::string& text, const std::string& option) {
+  size_t end = 0;
+  while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+  if (end == 0) fail("option --", option, ": expected a byte count such as 2GiB or 536870912, found '", text, "'");
+  std::string suffix = text.substr(end);
+  for (char& ch : suffix) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (!suffix.empty() && suffix.back() == 'B') suffix.pop_back();
+  if (!suffix.empty() && suffix.back() == 'I') suffix.pop_back();
+  int shift = 0;
+  if (suffix == "K") shift = 10;
+  else if (suffix == "M") shift = 20;
+  else if (suffix == "G") shift = 30;
+  else if (suffix == "T") shift = 40;
+  else if (!suffix.empty()) fail("option --", option, ": unknown size suffix in '", text, "' (use K, M, G or T)");
+  const long double value = std::stold(text.substr(0, end)) * static_cast<long double>(1ull << shift);
+  if (value > 9.0e18L) fail("option --", option, ": '", text, "' is too large");
+  return static_cast<int64_t>(value);
+}
+
+int64_t positive(const Args& args, const std::string& name, int64_t fallback) {
+  const int64_t v = args.integer(name, fallback);
+  if (v < 1) fail("option --", name, ": expected a positive integer, found ", v);
+  return v;
+}
+
+}  // namespace
+
+int serve_command(const std::vector<std::string>& argv) {
+  const Args args(argv,
+                  {"model", "host", "port", "device", "api-key", "served-model-name", "max-model-len", "state-memory",
+                   "max-num-seqs", "max-num-batched-tokens", "max-body-bytes", "max-n", "shutdown-grace", "idle-timeout"},
+                  {"help"});
+  if (args.has("help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  const std::string dir = args.required("model");
+  const std::string device = args.str("device", "cpu");
+  if (device == "cuda")
+    fail("option --device: the CUDA backend is not built yet (issue 4); use --device cpu");
+  if (device != "cpu") fail("option --device: expected cpu, found '", device, "'");
+  const int64_t port = args.integer("port", 8000);
+  if (port < 0 || port > 65535) fail("option --port: expected 0..65535, found ", port);
+  const int64_t max_num_seqs = positive(args, "max-num-seqs", 64);
+  const double grace_s = args.number("shutdown-grace", 30.0);
+  if (!(grace_s >= 0)) fail("option --shutdown-grace: expected seconds ≥ 0, found ", grace_s);
+  const double idle_s = args.number("idle-timeout", 300.0);
+  if (!(idle_s > 0)) fail("option --idle-timeout: expected seconds > 0, found ", idle_s);
+
+  // Block the shutdown signals before any thread starts, so every thread inherits the mask and only the
+  // sigtimedwait below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const text::Tokenizer tokenizer = text::Tokenizer::load(dir);
+  const model::v4::Model model = model::v4::load_model(dir);
+  const model::ModelConfig& mc = model.config();
+  if (tokenizer.vocab_size() > mc.vocab_size)
+    fail("--model ", dir, ": the tokenizer has ids up to ", tokenizer.vocab_size() - 1, " but the model's vocab_size is ",
+         mc.vocab_size);
+
+  engine::EngineConfig ec;
+  ec.max_model_len = args.integer("max-model-len", std::min<int64_t>(8192, mc.max_position_embeddings));
+  if (ec.max_model_len < 2 || ec.max_model_len > mc.max_position_embeddings)
+    fail("option --max-model-len: expected 2..", mc.max_position_embeddings, " (the model's max_position_embeddings), found ",
+         ec.max_model_len);
+  ec.scheduler.max_num_seqs = max_num_seqs;
+  ec.scheduler.max_num_batched_tokens = positive(args, "max-num-batched-tokens", 2048);
+  if (args.has("state-memory"))
+    ec.pool = model::v4::StatePool::limits_for_bytes(model, parse_bytes(args.str("state-memory"), "state-memory"), max_num_seqs);
+  else
+    ec.pool.max_sequences = max_num_seqs;
+
+  server::ServerConfig sc;
+  sc.host = args.str("host", "127.0.0.1");
+  sc.port = static_cast<uint16_t>(port);
+  sc.api_key = args.str("api-key");
+  sc.served_model_name = args.str("served-model-name", std::filesystem::path(dir).lexically_normal().filename().string());
+  if (sc.served_model_name.empty() || sc.served_model_name == ".")
+    sc.served_model_name = std::filesystem::absolute(dir).lexically_normal().parent_path().filename().string();
+  sc.max_body_bytes = static_cast<size_t>(positive(args, "max-body-bytes", 8 << 20));
+  sc.limits.max_n = positive(args, "max-n", 16);
+  sc.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(idle_s * 1000));
+
+  server::Server server(model, tokenizer, ec, sc);
+  server.start();
+  std::fprintf(stderr,
+               "strata serve: listening on http://%s:%u — model '%s', max_model_len %lld, %lld sequence slots, %lld "
+               "state pages%s\n",
+               sc.host.c_str(), static_cast<unsigned>(server.port()), sc.served_model_name.c_str(),
+               static_cast<long long>(ec.max_model_len), static_cast<long long>(ec.pool.max_sequences),
+               static_cast<long long>(ec.pool.entry_pages), sc.api_key.empty() ? "" : ", API key required");
+
+  std::thread waiter;
+  int received = 0;
+  while (!server.stopped()) {
+    const timespec tick{0, 200 * 1000 * 1000};
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig <= 0) continue;
+    if (++received == 1) {
+      std::fprintf(stderr, "strata serve: %s — stopped accepting; in-flight requests have %.0f s to finish (signal "
+                           "again to abort them now)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", grace_s);
+      server.shutdown(std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)));
+      waiter = std::thread([&server] { server.wait(); });
+    } else {
+      std::fprintf(stderr, "strata serve: aborting in-flight requests\n");
+      server.shutdown(std::chrono::milliseconds(0));
+    }
+  }
+  if (waiter.joinable()) waiter.join();
+  std::fprintf(stderr, "strata serve: stopped\n");
+  return 0;
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,149 @@
+#include "server/metrics.h"
+
+#include <charconv>
+#include <cmath>
+
+namespace strata::server {
+
+namespace {
+
+// Latencies of a CPU reference backend and of a GPU serving many streams fall in the same decades; the buckets
+// span 1 ms .. ~10 min at roughly 2–2.5× steps.
+std::vector<double> ttft_buckets() {
+  return {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 60, 120, 300, 600};
+}
+std::vector<double> tpot_buckets() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5, 5, 10};
+}
+std::vector<double> e2e_buckets() { return {0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600}; }
+
+std::string escape_label(const std::string& v) {
+  std::string out;
+  for (const char ch : v) {
+    if (ch == '\\') out += "\\\\";
+    else if (ch == '"') out += "\\\"";
+    else if (ch == '\n') out += "\\n";
+    else out += ch;
+  }
+  return out;
+}
+
+class Writer {
+ public:
+  explicit Writer(std::string model_label) : model_(std::move(model_label)) {}
+
+  void header(const std::string& name, const char* type, const char* help) {
+    out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  }
+  void sample(const std::string& name, double value, const std::string& extra_labels = "") {
+    out_ += name + "{model_name=\"" + model_ + "\"" + (extra_labels.empty() ? "" : "," + extra_labels) + "} " +
+            prometheus_number(value) + "\n";
+  }
+  void single(const std::string& name, const char* type, const char* help, double value) {
+    header(name, type, help);
+    sample(name, value);
+  }
+  void histogram(const std::string& name, const char* help, const Histogram& h) {
+    header(name, "histogram", help);
+    for (size_t i = 0; i < h.bounds().size(); ++i)
+      sample(name + "_bucket", static_cast<double>(h.counts()[i]), "le=\"" + prometheus_number(h.bounds()[i]) + "\"");
+    sample(name + "_bucket", static_cast<double>(h.count()), "le=\"+Inf\"");
+    sample(name + "_sum", h.sum());
+    sample(name + "_count", static_cast<double>(h.count()));
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string model_, out_;
+};
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size(), 0) {}
+
+void Histogram::observe(double value) {
+  for (size_t i = 0; i < bounds_.size(); ++i)
+    if (value <= bounds_[i]) ++counts_[i];
+  ++count_;
+  sum_ += value;
+}
+
+std::string prometheus_number(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+  return ec == std::errc() ? std::string(buf, end) : std::string("NaN");
+}
+
+Metrics::Metrics(std::string model_name)
+    : model_name_(std::move(model_name)), ttft_(ttft_buckets()), tpot_(tpot_buckets()), e2e_(e2e_buckets()) {
+  for (const char* reason : {"stop", "length", "tool_calls", "abort"}) finished_by_reason_[reason] = 0;
+}
+
+void Metrics::request_received() {
+  std::lock_guard lock(mu_);
+  ++requests_received_;
+}
+
+void Metrics::request_finished(const std::vector<std::string>& finish_reasons, int64_t prompt_tokens,
+                               int64_t generation_tokens) {
+  std::lock_guard lock(mu_);
+  for (const std::string& reason : finish_reasons) ++finished_by_reason_[reason];
+  prompt_tokens_ += prompt_tokens;
+  generation_tokens_ += generation_tokens;
+}
+
+void Metrics::request_failed(int status) {
+  std::lock_guard lock(mu_);
+  ++errors_by_status_[status];
+}
+
+void Metrics::observe_time_to_first_token(double seconds) {
+  std::lock_guard lock(mu_);
+  ttft_.observe(seconds);
+}
+
+void Metrics::observe_time_per_output_token(double seconds) {
+  std::lock_guard lock(mu_);
+  tpot_.observe(seconds);
+}
+
+void Metrics::observe_e2e_latency(double seconds) {
+  std::lock_guard lock(mu_);
+  e2e_.observe(seconds);
+}
+
+std::string Metrics::render(const engine::EngineStats& stats, int64_t max_sequences, int64_t open_connections) const {
+  std::lock_guard lock(mu_);
+  Writer w(escape_label(model_name_));
+  const auto d = [](int64_t v) { return static_cast<double>(v); };
+  w.single("strata_num_requests_running", "gauge", "Sequences in the engine's running batch.", d(stats.running));
+  w.single("strata_num_requests_waiting", "gauge", "Sequences waiting to be scheduled.", d(stats.waiting));
+  w.single("strata_state_pool_used_slots", "gauge", "Sequence slots of the state pool in use.", d(stats.used_slots));
+  w.single("strata_state_pool_total_slots", "gauge", "Sequence slots of the state pool.", d(max_sequences));
+  w.single("strata_state_pool_used_pages", "gauge", "Compressed-entry pages of the state pool in use.", d(stats.used_pages));
+  w.single("strata_state_pool_total_pages", "gauge", "Compressed-entry pages of the state pool.", d(stats.total_pages));
+  w.single("strata_state_pool_usage_ratio", "gauge", "Fraction of the state pool's entry pages in use (0..1).",
+           stats.total_pages > 0 ? d(stats.used_pages) / d(stats.total_pages) : 0.0);
+  w.single("strata_num_preemptions_total", "counter", "Sequences preempted (state freed, recomputed later).",
+           d(stats.preemptions));
+  w.single("strata_engine_steps_total", "counter", "Engine steps run.", d(stats.steps));
+  w.single("strata_http_connections", "gauge", "Open HTTP connections.", d(open_connections));
+  w.single("strata_requests_received_total", "counter", "Completion requests admitted to the engine.",
+           d(requests_received_));
+  w.single("strata_prompt_tokens_total", "counter", "Prompt tokens of finished requests.", d(prompt_tokens_));
+  w.single("strata_generation_tokens_total", "counter", "Generated tokens of finished requests.", d(generation_tokens_));
+  w.header("strata_request_success_total", "counter", "Finished choices by finish reason.");
+  for (const auto& [reason, count] : finished_by_reason_)
+    w.sample("strata_request_success_total", d(count), "finished_reason=\"" + escape_label(reason) + "\"");
+  w.header("strata_http_errors_total", "counter", "HTTP error responses by status code.");
+  for (const auto& [status, count] : errors_by_status_)
+    w.sample("strata_http_errors_total", d(count), "status=\"" + std::to_string(status) + "\"");
+  w.histogram("strata_time_to_first_token_seconds", "Time from request arrival to its first generated token.", ttft_);
+  w.histogram("strata_time_per_output_token_seconds", "Mean time between generated tokens, per choice.", tpot_);
+  w.histogram("strata_e2e_request_latency_seconds", "Time from request arrival to its last token.", e2e_);
+  return w.take();
+}
+
+}  // namespace strata::server

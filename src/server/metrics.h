@@ -1,0 +1,59 @@
+#pragma once
+// What /metrics reports, in the Prometheus text exposition format (version 0.0.4): request and token counters,
+// latency histograms (time to first token, time per output token, end to end), and the engine's gauges (running
+// and waiting sequences, state-pool usage, preemptions). Thread-safe; names start with "strata_".
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace strata::server {
+
+// Cumulative buckets: counts[i] = observations ≤ bounds[i]; the +Inf bucket is `count`.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double value);
+  const std::vector<double>& bounds() const { return bounds_; }
+  const std::vector<int64_t>& counts() const { return counts_; }
+  int64_t count() const { return count_; }
+  double sum() const { return sum_; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<int64_t> counts_;
+  int64_t count_ = 0;
+  double sum_ = 0;
+};
+
+// A number as Prometheus reads it: shortest round-trip decimal, "+Inf", "-Inf", "NaN".
+std::string prometheus_number(double value);
+
+class Metrics {
+ public:
+  explicit Metrics(std::string model_name);
+
+  void request_received();  // a completion request was admitted to the engine
+  // A request answered: its choices' finish reasons and its token usage.
+  void request_finished(const std::vector<std::string>& finish_reasons, int64_t prompt_tokens, int64_t generation_tokens);
+  void request_failed(int status);  // an HTTP error response (4xx/5xx) to any route
+  void observe_time_to_first_token(double seconds);
+  void observe_time_per_output_token(double seconds);
+  void observe_e2e_latency(double seconds);
+
+  // The whole exposition. `stats` are the engine's; `max_sequences` is the state pool's slot count.
+  std::string render(const engine::EngineStats& stats, int64_t max_sequences, int64_t open_connections) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::string model_name_;
+  int64_t requests_received_ = 0, prompt_tokens_ = 0, generation_tokens_ = 0;
+  std::map<std::string, int64_t> finished_by_reason_;
+  std::map<int, int64_t> errors_by_status_;
+  Histogram ttft_, tpot_, e2e_;
+};
+
+}  // namespace strata::server

@@ -1,0 +1,486 @@
+#include "server/server.h"
+
+#include <deque>
+#include <functional>
+#include <thread>
+#include <variant>
+
+#include "server/completion_stream.h"
+#include "text/chat_encoding.h"
+#include "text/tokenizer.h"
+
+namespace strata::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+HttpResponse json_response(int status, std::string body) { return HttpResponse{status, "application/json", std::move(body), {}}; }
+
+// Compares without an early exit, so the time taken does not reveal how much of a guessed key was right.
+bool same_secret(std::string_view given, std::string_view key) {
+  unsigned diff = given.size() != key.size() ? 1u : 0u;
+  for (size_t i = 0; i < given.size(); ++i)
+    diff |= static_cast<unsigned>(static_cast<unsigned char>(given[i]) ^
+                                  static_cast<unsigned char>(key.empty() ? 0 : key[i % key.size()]));
+  return diff == 0;
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+// A few threads that run jobs in order of arrival.
+class Server::WorkerPool {
+ public:
+  explicit WorkerPool(int threads) {
+    for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { run(); });
+  }
+  ~WorkerPool() { stop(); }
+  void post(std::function<void()> job) {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    jobs_.push_back(std::move(job));
+    cv_.notify_one();
+  }
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+      cv_.notify_all();
+    }
+    for (std::thread& t : threads_)
+      if (t.joinable()) t.join();
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// A request parsed and tokenized by a worker, waiting to be admitted on the I/O thread.
+struct Server::Prepared {
+  std::shared_ptr<HttpExchange> exchange;
+  Clock::time_point arrival;
+  CompletionRequest request;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int64_t> max_tokens;  // per prompt
+  std::vector<std::string> echo;
+};
+
+// A request in the engine. Lives on the I/O thread until every engine sequence of it has finished.
+struct Server::ActiveRequest {
+  std::string id;
+  std::shared_ptr<HttpExchange> exchange;
+  std::unique_ptr<CompletionStream> stream;
+  bool streaming = false;
+  std::vector<std::string> sequence_ids;  // per choice
+  std::vector<bool> sequence_done;        // the engine's finished event has come (or it was never submitted)
+  std::vector<Clock::time_point> first_token, last_token;
+  Clock::time_point arrival;
+  bool any_token = false;
+  bool answered = false;        // the response (or its last frame) has been handed to the exchange
+  bool failed = false;          // admission failed part-way; an error was sent
+  bool shutdown_abort = false;  // aborted because the server is shutting down
+
+  bool all_sequences_done() const {
+    for (bool d : sequence_done)
+      if (!d) return false;
+    return true;
+  }
+};
+
+Server::Server(const model::v4::Model& model, const text::Tokenizer& tokenizer, engine::EngineConfig engine_config,
+               ServerConfig config)
+    : model_(model),
+      tokenizer_(tokenizer),
+      engine_config_(engine_config),
+      cfg_(std::move(config)),
+      created_(unix_now()),
+      metrics_(cfg_.served_model_name) {
+  cfg_.limits.vocab_size = model_.config().vocab_size;
+  HttpServerConfig http;
+  http.host = cfg_.host;
+  http.port = cfg_.port;
+  http.max_body_bytes = cfg_.max_body_bytes;
+  http.idle_timeout = cfg_.idle_timeout;
+  http.error_response = [this](int status, const std::string& message) {
+    metrics_.request_failed(status);
+    return json_response(status, error_body(message, "invalid_request_error", "", ""));
+  };
+  http_ = std::make_unique<HttpServer>(http, [this](std::shared_ptr<HttpExchange> exchange) { handle(std::move(exchange)); });
+  engine_ = std::make_unique<engine::AsyncEngine>(model_, engine_config_);
+  workers_ = std::make_unique<WorkerPool>(cfg_.prepare_threads);
+}
+
+Server::~Server() {
+  shutdown(std::chrono::milliseconds(0));
+  wait();
+}
+
+void Server::start() { http_->start(); }
+
+bool Server::stopped() const {
+  std::lock_guard lock(done_mu_);
+  return stopped_;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Routing
+
+void Server::send_error(HttpExchange& exchange, const RequestError& error) {
+  metrics_.request_failed(error.status());
+  HttpResponse response = json_response(error.status(), error_body(error));
+  if (error.status() == 401) response.headers.push_back({"WWW-Authenticate", "Bearer"});
+  exchange.respond(std::move(response));
+}
+
+bool Server::authorized(const HttpRequest& request) const {
+  if (cfg_.api_key.empty()) return true;
+  const std::string* header = request.header("Authorization");
+  if (!header) return false;
+  static constexpr std::string_view kBearer = "Bearer ";
+  if (header->size() < kBearer.size() || header->compare(0, kBearer.size(), kBearer) != 0) return false;
+  return same_secret(std::string_view(*header).substr(kBearer.size()), cfg_.api_key);
+}
+
+std::string Server::models_body(const std::string* only) const {
+  nlohmann::ordered_json model = {{"id", cfg_.served_model_name},
+                                  {"object", "model"},
+                                  {"created", created_},
+                                  {"owned_by", "strata"},
+                                  {"root", cfg_.served_model_name},
+                                  {"max_model_len", engine_config_.max_model_len}};
+  if (only) return model.dump();
+  return nlohmann::ordered_json{{"object", "list"}, {"data", nlohmann::ordered_json::array({model})}}.dump();
+}
+
+void Server::handle(std::shared_ptr<HttpExchange> exchange) {
+  const HttpRequest& req = exchange->request();
+  const std::string path = req.path();
+  const auto expect_method = [&](const char* method) {
+    if (req.method == method) return true;
+    send_error(*exchange, RequestError(405, "", cat("method ", req.method, " is not allowed on ", path, " (use ", method, ")")));
+    return false;
+  };
+  if (path == "/health") {
+    if (!expect_method("GET")) return;
+    if (shutting_down_) return send_error(*exchange, RequestError(503, "", "the server is shutting down", "server_error"));
+    return exchange->respond(HttpResponse{200, "text/plain", "", {}});
+  }
+  if (path == "/metrics") {
+    if (!expect_method("GET")) return;
+    return exchange->respond(HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
+                                          metrics_.render(engine_->stats(), engine_config_.pool.max_sequences,
+                                                          static_cast<int64_t>(http_->open_connections())),
+                                          {}});
+  }
+  const bool chat = path == "/v1/chat/completions", completions = path == "/v1/completions";
+  const bool models = path == "/v1/models", one_model = path.rfind("/v1/models/", 0) == 0;
+  if (!chat && !completions && !models && !one_model)
+    return send_error(*exchange, RequestError(404, "", cat("no route for ", req.method, " ", path), "invalid_request_error", "not_found"));
+  if (!authorized(req))
+    return send_error(*exchange, RequestError(401, "", "invalid or missing API key (send the header 'Authorization: Bearer KEY')",
+                                              "invalid_request_error", "invalid_api_key"));
+  if (models || one_model) {
+    if (!expect_method("GET")) return;
+    if (models) return exchange->respond(json_response(200, models_body(nullptr)));
+    const std::string name = path.substr(std::string("/v1/models/").size());
+    if (name != cfg_.served_model_name)
+      return send_error(*exchange, RequestError(404, "model", cat("the model '", name, "' does not exist (this server serves '",
+                                                                  cfg_.served_model_name, "')"),
+                                                "invalid_request_error", "model_not_found"));
+    return exchange->respond(json_response(200, models_body(&name)));
+  }
+  if (!expect_method("POST")) return;
+  if (shutting_down_)
+    return send_error(*exchange, RequestError(503, "", "the server is shutting down", "server_error"));
+  ++preparing_;
+  const Endpoint endpoint = chat ? Endpoint::kChatCompletions : Endpoint::kCompletions;
+  workers_->post([this, exchange, endpoint, arrival = Clock::now()] { prepare(exchange, endpoint, arrival); });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Admission: parse, tokenize and check limits on a worker; submit on the I/O thread.
+
+void Server::prepare(std::shared_ptr<HttpExchange> exchange, Endpoint endpoint, Clock::time_point arrival) {
+  auto prepared = std::make_shared<Prepared>();
+  prepared->exchange = exchange;
+  prepared->arrival = arrival;
+  const bool chat = endpoint == Endpoint::kChatCompletions;
+  const std::string prompt_param = chat ? "messages" : "prompt";
+  std::optional<RequestError> error;
+  try {
+    prepared->request = parse_completion_request(endpoint, exchange->request().body, cfg_.limits);
+    CompletionRequest& r = prepared->request;
+    if (!r.model.empty() && r.model != cfg_.served_model_name)
+      throw RequestError(404, "model", cat("the model '", r.model, "' does not exist (this server serves '",
+                                           cfg_.served_model_name, "')"),
+                         "invalid_request_error", "model_not_found");
+    if (chat) {
+      std::vector<text::PromptPiece> pieces;
+      try {
+        pieces = text::encode_chat_v4(r.chat);
+      } catch (const Error& e) {
+        throw as_request_error(e);
+      }
+      prepared->prompts.push_back(text::prompt_ids(tokenizer_, pieces));  // an Error here is the server's (500)
+    } else {
+      for (size_t p = 0; p < r.prompts.size(); ++p) {
+        const std::string name = r.prompts.size() > 1 ? cat("prompt[", p, "]") : "prompt";
+        if (const auto* text = std::get_if<std::string>(&r.prompts[p])) {
+          // Completions prompts are raw model input: special-token spellings become those tokens and the BOS is
+          // added, as HF's tokenizer(prompt) and vLLM do.
+          try {
+            prepared->prompts.push_back(tokenizer_.encode(*text, /*parse_special=*/true,
+                                                          /*add_bos=*/r.add_special_tokens && tokenizer_.add_bos()));
+          } catch (const Error& e) {
+            throw RequestError(400, name, cat(name, ": ", e.what()));
+          }
+          if (r.echo) prepared->echo.push_back(*text);
+        } else {
+          const auto& ids = std::get<std::vector<int32_t>>(r.prompts[p]);
+          for (int32_t id : ids)
+            if (id >= model_.config().vocab_size)
+              throw RequestError(400, name, cat(name, ": token id ", id, " is outside the vocabulary [0, ",
+                                                model_.config().vocab_size, ")"));
+          prepared->prompts.push_back(ids);
+          if (r.echo) prepared->echo.push_back(tokenizer_.decode(ids, r.skip_special_tokens));
+        }
+      }
+    }
+    const int64_t context = engine_config_.max_model_len;
+    for (size_t p = 0; p < prepared->prompts.size(); ++p) {
+      const auto length = static_cast<int64_t>(prepared->prompts[p].size());
+      const std::string name = !chat && prepared->prompts.size() > 1 ? cat("prompt[", p, "]") : prompt_param;
+      if (length == 0) throw RequestError(400, name, cat(name, ": the prompt is empty"));
+      if (length >= context)
+        throw RequestError(400, name, cat(name, ": the prompt has ", length, " tokens, which leaves no room in the context of ",
+                                          context, " tokens (--max-model-len)"));
+      if (r.max_tokens_given && length + r.sampling.max_tokens > context)
+        throw RequestError(400, r.max_tokens_param,
+                           cat(r.max_tokens_param, ": the prompt has ", length, " tokens and the context is ", context,
+                               " tokens, so at most ", context - length, " can be generated; found ", r.sampling.max_tokens));
+      // Unset: chat generates until the context is full (as vLLM does); completions default to 16 (OpenAI).
+      prepared->max_tokens.push_back(r.max_tokens_given ? r.sampling.max_tokens
+                                                        : chat ? context - length : std::min<int64_t>(16, context - length));
+    }
+  } catch (const RequestError& e) {
+    error = e;
+  } catch (const Error& e) {
+    error = RequestError(500, "", cat("internal error: ", e.what()), "server_error");
+  } catch (const std::exception& e) {
+    error = RequestError(500, "", cat("internal error: ", e.what()), "server_error");
+  }
+  if (error) {
+    http_->post([this, exchange, e = *error] {
+      --preparing_;
+      send_error(*exchange, e);
+      maybe_finish_shutdown();
+    });
+    return;
+  }
+  http_->post([this, prepared] { admit(prepared); });
+}
+
+void Server::admit(std::shared_ptr<Prepared> prepared) {
+  --preparing_;
+  HttpExchange& exchange = *prepared->exchange;
+  const CompletionRequest& r = prepared->request;
+  const bool chat = r.endpoint == Endpoint::kChatCompletions;
+  if (shutting_down_) {
+    send_error(exchange, RequestError(503, "", "the server is shutting down", "server_error"));
+    return maybe_finish_shutdown();
+  }
+  if (exchange.peer_gone()) return maybe_finish_shutdown();
+
+  auto request = std::make_shared<ActiveRequest>();
+  request->id = new_response_id(r.endpoint);
+  request->exchange = prepared->exchange;
+  request->streaming = r.stream;
+  request->arrival = prepared->arrival;
+  std::vector<int64_t> prompt_tokens;
+  for (const auto& p : prepared->prompts) prompt_tokens.push_back(static_cast<int64_t>(p.size()));
+  request->stream = std::make_unique<CompletionStream>(r, tokenizer_, request->id, unix_now(), cfg_.served_model_name,
+                                                       prompt_tokens, prepared->echo);
+  const size_t choices = request->stream->num_choices();
+  request->sequence_done.assign(choices, true);
+  request->first_token.resize(choices);
+  request->last_token.resize(choices);
+  for (size_t c = 0; c < choices; ++c) request->sequence_ids.push_back(cat(request->id, "-", c));
+  requests_[request->id] = request;
+
+  const auto n = static_cast<size_t>(r.sampling.n);
+  for (size_t c = 0; c < choices; ++c) {
+    const size_t p = c / n, i = c % n;
+    engine::SamplingParams params = r.sampling;
+    params.n = 1;
+    params.max_tokens = prepared->max_tokens[p];
+    if (r.sampling.seed) params.seed = *r.sampling.seed + i;
+    try {
+      engine_->submit(request->sequence_ids[c], prepared->prompts[p], params,
+                      [this, request, c](const engine::TokenEvent& event) {
+                        http_->post([this, request, c, event] { on_event(request, c, event); });
+                      });
+      request->sequence_done[c] = false;
+    } catch (const Error& e) {
+      request->failed = true;
+      for (size_t k = 0; k < c; ++k) engine_->abort(request->sequence_ids[k]);
+      const std::string message = e.what();
+      if (message.find("shutting down") != std::string::npos)
+        send_error(exchange, RequestError(503, "", message, "server_error"));
+      else
+        send_error(exchange, as_request_error(e, chat ? "messages" : (prepared->prompts.size() > 1 ? cat("prompt[", p, "]") : "prompt")));
+      break;
+    }
+  }
+  if (request->failed) {
+    request->answered = true;
+    if (request->all_sequences_done()) requests_.erase(request->id);
+    return maybe_finish_shutdown();
+  }
+  metrics_.request_received();
+  if (request->streaming) {
+    exchange.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+    exchange.write(request->stream->begin_sse());
+  }
+  std::weak_ptr<ActiveRequest> weak = request;
+  exchange.on_peer_gone([this, weak] {
+    if (auto req = weak.lock()) on_client_gone(req);
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Engine events (I/O thread)
+
+void Server::on_event(const std::shared_ptr<ActiveRequest>& request, size_t choice, const engine::TokenEvent& event) {
+  ActiveRequest& r = *request;
+  const Clock::time_point now = Clock::now();
+  if (event.token) {
+    if (!r.any_token) {
+      r.any_token = true;
+      metrics_.observe_time_to_first_token(seconds_between(r.arrival, now));
+    }
+    if (r.first_token[choice] == Clock::time_point{}) r.first_token[choice] = now;
+    r.last_token[choice] = now;
+  }
+  if (event.finished) r.sequence_done[choice] = true;
+  const StreamUpdate update = r.stream->on_event(choice, event);
+  if (update.abort_sequence) engine_->abort(r.sequence_ids[choice]);
+  if (update.choice_finished) {
+    const int64_t tokens = r.stream->choice_tokens(choice);
+    if (tokens > 1)
+      metrics_.observe_time_per_output_token(seconds_between(r.first_token[choice], r.last_token[choice]) /
+                                             static_cast<double>(tokens - 1));
+  }
+  if (r.streaming && !r.failed && !update.sse.empty()) r.exchange->write(update.sse);
+  if (!r.answered && !r.failed && r.stream->done()) complete(r);
+  if (r.answered && r.all_sequences_done()) {
+    requests_.erase(r.id);
+    maybe_finish_shutdown();
+  }
+}
+
+void Server::complete(ActiveRequest& r) {
+  r.answered = true;
+  const CompletionStream& s = *r.stream;
+  std::vector<std::string> reasons;
+  bool aborted = false;
+  for (size_t c = 0; c < s.num_choices(); ++c) {
+    reasons.push_back(s.finish_reason(c));
+    aborted = aborted || s.finish_reason(c) == "abort";
+  }
+  const Usage usage = s.usage();
+  metrics_.request_finished(reasons, usage.prompt_tokens, usage.completion_tokens);
+  metrics_.observe_e2e_latency(seconds_between(r.arrival, Clock::now()));
+  if (r.streaming) {
+    r.exchange->write(s.end_sse());
+    r.exchange->end_stream();
+  } else if (aborted && r.shutdown_abort) {
+    send_error(*r.exchange, RequestError(503, "", "the server is shutting down; the request was aborted", "server_error"));
+  } else {
+    r.exchange->respond(json_response(200, s.response_body()));
+  }
+}
+
+void Server::on_client_gone(const std::shared_ptr<ActiveRequest>& request) {
+  for (size_t c = 0; c < request->sequence_ids.size(); ++c)
+    if (!request->sequence_done[c]) engine_->abort(request->sequence_ids[c]);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Shutdown
+
+void Server::shutdown(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard lock(done_mu_);
+    if (stopped_) return;
+  }
+  http_->post([this, grace] { begin_shutdown(grace); });
+}
+
+void Server::begin_shutdown(std::chrono::milliseconds grace) {
+  if (shutting_down_) {
+    if (grace.count() == 0) abort_all();
+    return;
+  }
+  shutting_down_ = true;
+  http_->stop_accepting();
+  if (grace.count() == 0) abort_all();
+  else http_->post_after(grace, [this] { abort_all(); });
+  maybe_finish_shutdown();
+}
+
+void Server::abort_all() {
+  for (const auto& [id, request] : requests_) {
+    request->shutdown_abort = true;
+    for (size_t c = 0; c < request->sequence_ids.size(); ++c)
+      if (!request->sequence_done[c]) engine_->abort(request->sequence_ids[c]);
+  }
+}
+
+void Server::maybe_finish_shutdown() {
+  if (!shutting_down_ || !requests_.empty() || preparing_ > 0) return;
+  std::lock_guard lock(done_mu_);
+  drained_ = true;
+  done_cv_.notify_all();
+}
+
+void Server::wait() {
+  {
+    std::unique_lock lock(done_mu_);
+    if (stopped_) return;
+    if (!http_->running()) drained_ = true;  // never started: nothing to drain
+    done_cv_.wait(lock, [&] { return drained_; });
+  }
+  // Every response has been handed to its connection; give the connections a moment to write it and close.
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(5);
+  while (http_->open_connections() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  workers_->stop();
+  engine_->shutdown(false);
+  http_->stop();
+  std::lock_guard lock(done_mu_);
+  stopped_ = true;
+}
+
+}  // namespace strata::server

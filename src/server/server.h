@@ -1,0 +1,106 @@
+#pragma once
+// The OpenAI-compatible server over one engine: routes, API-key check, request admission, and graceful shutdown.
+//
+// Threads: the HTTP server's I/O thread owns every request's state (routing, engine events, stream chunks); a
+// couple of worker threads parse, validate and tokenize request bodies so a long prompt never stalls the I/O
+// loop; the engine runs on its own thread and its token events are posted to the I/O thread.
+//
+// Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/ID] (API key required when set);
+// GET /health, GET /metrics (open).
+//
+// Each choice of a request (n > 1, or a batch of prompts) is its own engine sequence ("<id>-<choice>", seed + i
+// when seeded — the same tokens the engine's own n would give), so a choice that hits a stop string is aborted
+// alone and its state freed at once.
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "engine/async_engine.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/openai_protocol.h"
+
+namespace strata::text {
+class Tokenizer;
+}
+
+namespace strata::server {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;                 // 0: an ephemeral port (see Server::port)
+  std::string served_model_name = "model";
+  std::string api_key;                  // empty: no check
+  size_t max_body_bytes = 8u << 20;
+  std::chrono::milliseconds idle_timeout{std::chrono::minutes(5)};
+  ProtocolLimits limits;
+  int prepare_threads = 2;              // threads that parse and tokenize request bodies
+};
+
+class Server {
+ public:
+  // Starts the engine thread and binds the listening socket (strata::Error if that fails); serving starts with
+  // start().
+  Server(const model::v4::Model& model, const text::Tokenizer& tokenizer, engine::EngineConfig engine_config,
+         ServerConfig config);
+  ~Server();  // shutdown(0) and wait()
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  uint16_t port() const { return http_->port(); }
+  void start();
+
+  // Graceful shutdown (any thread, returns at once): stop accepting connections and requests (new ones get 503);
+  // let in-flight requests finish for up to `grace`; then abort the rest — a stream gets a last chunk with
+  // finish_reason "abort" and [DONE], a non-stream request a 503 error. A second call with grace 0 aborts at once.
+  void shutdown(std::chrono::milliseconds grace);
+  // Blocks until shutdown has completed: every request answered, the engine and the I/O thread stopped.
+  void wait();
+  bool stopped() const;
+
+  engine::EngineStats engine_stats() const { return engine_->stats(); }
+  size_t open_connections() const { return http_->open_connections(); }
+
+ private:
+  struct ActiveRequest;
+  struct Prepared;
+  class WorkerPool;
+
+  void handle(std::shared_ptr<HttpExchange> exchange);
+  void send_error(HttpExchange& exchange, const RequestError& error);
+  bool authorized(const HttpRequest& request) const;
+  void prepare(std::shared_ptr<HttpExchange> exchange, Endpoint endpoint, std::chrono::steady_clock::time_point arrival);
+  void admit(std::shared_ptr<Prepared> prepared);
+  void on_event(const std::shared_ptr<ActiveRequest>& request, size_t choice, const engine::TokenEvent& event);
+  void complete(ActiveRequest& request);
+  void on_client_gone(const std::shared_ptr<ActiveRequest>& request);
+  void abort_all();
+  void begin_shutdown(std::chrono::milliseconds grace);
+  void maybe_finish_shutdown();
+  std::string models_body(const std::string* only) const;
+
+  const model::v4::Model& model_;
+  const text::Tokenizer& tokenizer_;
+  engine::EngineConfig engine_config_;
+  ServerConfig cfg_;
+  int64_t created_;
+  Metrics metrics_;
+  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<engine::AsyncEngine> engine_;
+  std::unique_ptr<WorkerPool> workers_;
+
+  // I/O thread only.
+  std::map<std::string, std::shared_ptr<ActiveRequest>> requests_;
+  int64_t preparing_ = 0;  // bodies handed to the workers and not admitted yet
+  bool shutting_down_ = false;
+
+  mutable std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  bool drained_ = false, stopped_ = false;
+};
+
+}  // namespace strata::server

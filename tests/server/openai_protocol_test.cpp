@@ -1,0 +1,241 @@
+// Request parsing: every accepted field maps to the right parameter; every bad one is a 400 naming it.
+#include "server/openai_protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace strata::server {
+namespace {
+
+using nlohmann::json;
+
+const json kMessages = json::array({{{"role", "user"}, {"content", "Hi"}}});
+
+json chat(json extra = json::object()) {
+  json body = {{"model", "m"}, {"messages", kMessages}};
+  body.update(extra);
+  return body;
+}
+
+json completion(json extra = json::object()) {
+  json body = {{"prompt", "Once"}};
+  body.update(extra);
+  return body;
+}
+
+CompletionRequest parse(Endpoint e, const json& body, ProtocolLimits limits = {}) {
+  limits.vocab_size = 1000;
+  return parse_completion_request(e, body.dump(), limits);
+}
+
+// The error a body gets: its status, param and message.
+struct Rejection {
+  int status = 0;
+  std::string param, message;
+};
+Rejection reject(Endpoint e, const std::string& body, ProtocolLimits limits = {}) {
+  limits.vocab_size = 1000;
+  try {
+    parse_completion_request(e, body, limits);
+  } catch (const RequestError& err) {
+    return {err.status(), err.param(), err.what()};
+  }
+  ADD_FAILURE() << "accepted: " << body;
+  return {};
+}
+
+TEST(OpenaiProtocol, ChatFieldsMapToSamplingParams) {
+  const CompletionRequest r = parse(Endpoint::kChatCompletions,
+                                    chat({{"temperature", 0.5},
+                                          {"top_p", 0.9},
+                                          {"top_k", 40},
+                                          {"min_p", 0.05},
+                                          {"presence_penalty", 0.5},
+                                          {"frequency_penalty", -0.5},
+                                          {"repetition_penalty", 1.1},
+                                          {"seed", 7},
+                                          {"stop", {"END", "\n\n"}},
+                                          {"stop_token_ids", {5, 6}},
+                                          {"max_tokens", 32},
+                                          {"n", 3},
+                                          {"ignore_eos", true},
+                                          {"logprobs", true},
+                                          {"top_logprobs", 4},
+                                          {"stream", true},
+                                          {"stream_options", {{"include_usage", true}}},
+                                          {"user", "u1"}}));
+  EXPECT_EQ(r.model, "m");
+  EXPECT_DOUBLE_EQ(r.sampling.temperature, 0.5);
+  EXPECT_DOUBLE_EQ(r.sampling.top_p, 0.9);
+  EXPECT_EQ(r.sampling.top_k, 40);
+  EXPECT_DOUBLE_EQ(r.sampling.min_p, 0.05);
+  EXPECT_DOUBLE_EQ(r.sampling.presence_penalty, 0.5);
+  EXPECT_DOUBLE_EQ(r.sampling.frequency_penalty, -0.5);
+  EXPECT_DOUBLE_EQ(r.sampling.repetition_penalty, 1.1);
+  EXPECT_EQ(r.sampling.seed, 7u);
+  EXPECT_EQ(r.sampling.stop, (std::vector<std::string>{"END", "\n\n"}));
+  EXPECT_EQ(r.sampling.stop_token_ids, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(r.sampling.max_tokens, 32);
+  EXPECT_TRUE(r.max_tokens_given);
+  EXPECT_EQ(r.sampling.n, 3);
+  EXPECT_TRUE(r.sampling.ignore_eos);
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.sampling.logprobs, 4);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.chat["messages"][0]["content"], "Hi");
+}
+
+TEST(OpenaiProtocol, DefaultsAndNulls) {
+  const CompletionRequest r = parse(Endpoint::kChatCompletions,
+                                    chat({{"temperature", nullptr}, {"stop", nullptr}, {"max_tokens", nullptr},
+                                          {"seed", nullptr}, {"logit_bias", nullptr}}));
+  EXPECT_DOUBLE_EQ(r.sampling.temperature, 1.0);
+  EXPECT_TRUE(r.sampling.stop.empty());
+  EXPECT_FALSE(r.max_tokens_given);
+  EXPECT_FALSE(r.sampling.seed);
+  EXPECT_FALSE(r.sampling.logprobs);
+  EXPECT_EQ(r.sampling.n, 1);
+  EXPECT_FALSE(r.stream);
+  EXPECT_TRUE(r.skip_special_tokens);
+}
+
+TEST(OpenaiProtocol, MaxCompletionTokensWinsAndIsNamed) {
+  const CompletionRequest r =
+      parse(Endpoint::kChatCompletions, chat({{"max_tokens", 5}, {"max_completion_tokens", 9}}));
+  EXPECT_EQ(r.sampling.max_tokens, 9);
+  EXPECT_EQ(r.max_tokens_param, "max_completion_tokens");
+  const Rejection bad = reject(Endpoint::kChatCompletions, chat({{"max_completion_tokens", -1}}).dump());
+  EXPECT_EQ(bad.param, "max_completion_tokens");
+}
+
+TEST(OpenaiProtocol, VllmSpellings) {
+  const CompletionRequest r = parse(Endpoint::kChatCompletions, chat({{"top_k", -1}, {"max_tokens", 16.0}}));
+  EXPECT_EQ(r.sampling.top_k, 0);  // -1 = off
+  EXPECT_EQ(r.sampling.max_tokens, 16);
+}
+
+TEST(OpenaiProtocol, CompletionPrompts) {
+  EXPECT_EQ(std::get<std::string>(parse(Endpoint::kCompletions, completion()).prompts.at(0)), "Once");
+  const CompletionRequest ids = parse(Endpoint::kCompletions, completion({{"prompt", {1, 2, 3}}}));
+  EXPECT_EQ(std::get<std::vector<int32_t>>(ids.prompts.at(0)), (std::vector<int32_t>{1, 2, 3}));
+  const CompletionRequest batch =
+      parse(Endpoint::kCompletions, completion({{"prompt", json::array({"a", json::array({4, 5})})}}));
+  ASSERT_EQ(batch.prompts.size(), 2u);
+  EXPECT_EQ(std::get<std::string>(batch.prompts[0]), "a");
+  EXPECT_EQ(std::get<std::vector<int32_t>>(batch.prompts[1]), (std::vector<int32_t>{4, 5}));
+  const CompletionRequest lp = parse(Endpoint::kCompletions, completion({{"logprobs", 2}, {"echo", false}}));
+  EXPECT_TRUE(lp.logprobs);
+  EXPECT_EQ(lp.sampling.logprobs, 2);
+}
+
+TEST(OpenaiProtocol, EveryBadFieldIsNamed) {
+  struct Case {
+    Endpoint endpoint;
+    json body;
+    std::string param, message_part;
+  };
+  const Endpoint C = Endpoint::kChatCompletions, P = Endpoint::kCompletions;
+  const std::vector<Case> cases = {
+      {C, chat({{"top_p", 2}}), "top_p", "top_p: expected a number in (0, 1], found 2"},
+      {C, chat({{"top_p", "high"}}), "top_p", "expected a number, found a string"},
+      {C, chat({{"temperature", -1}}), "temperature", "temperature: expected a number ≥ 0"},
+      {C, chat({{"top_k", -5}}), "top_k", "top_k:"},
+      {C, chat({{"top_k", 1.5}}), "top_k", "expected an integer"},
+      {C, chat({{"min_p", 2}}), "min_p", "min_p:"},
+      {C, chat({{"presence_penalty", 3}}), "presence_penalty", "[-2, 2]"},
+      {C, chat({{"frequency_penalty", -3}}), "frequency_penalty", "[-2, 2]"},
+      {C, chat({{"repetition_penalty", 0}}), "repetition_penalty", "> 0"},
+      {C, chat({{"seed", "x"}}), "seed", "expected an integer"},
+      {C, chat({{"stop", 5}}), "stop", "expected a string or an array of strings"},
+      {C, chat({{"stop", {"a", 1}}}), "stop[1]", "expected a string"},
+      {C, chat({{"stop", {""}}}), "stop", "must not be empty"},
+      {C, chat({{"stop_token_ids", {1, -2}}}), "stop_token_ids[1]", "token id"},
+      {C, chat({{"stop_token_ids", {5000}}}), "stop_token_ids", "outside the vocabulary"},
+      {C, chat({{"max_tokens", -1}}), "max_tokens", "≥ 0"},
+      {C, chat({{"max_tokens", "10"}}), "max_tokens", "expected an integer"},
+      {C, chat({{"n", 0}}), "n", "≥ 1"},
+      {C, chat({{"n", 17}}), "n", "at most 16"},
+      {C, chat({{"ignore_eos", 1}}), "ignore_eos", "expected true or false"},
+      {C, chat({{"stream", "yes"}}), "stream", "expected true or false"},
+      {C, chat({{"stream_options", {{"include_usage", true}}}}), "stream_options", "only allowed when stream is true"},
+      {C, chat({{"stream", true}, {"stream_options", {{"bogus", true}}}}), "stream_options.bogus", "unknown"},
+      {C, chat({{"logprobs", 1}}), "logprobs", "expected true or false"},
+      {C, chat({{"top_logprobs", 2}}), "top_logprobs", "requires logprobs"},
+      {C, chat({{"logprobs", true}, {"top_logprobs", 21}}), "top_logprobs", "[0, 20]"},
+      {C, chat({{"model", 3}}), "model", "expected a string"},
+      {C, chat({{"frobnicate", true}}), "frobnicate", "unknown parameter"},
+      {C, chat({{"prompt", "x"}}), "prompt", "use messages"},
+      {C, chat({{"logit_bias", {{"5", 10}}}}), "logit_bias", "not supported"},
+      {C, chat({{"functions", json::array()}}), "functions", "use tools"},
+      {C, chat({{"parallel_tool_calls", false}}), "parallel_tool_calls", "not supported"},
+      {C, chat({{"best_of", 3}}), "best_of", "best_of equal to n"},
+      {C, json{{"model", "m"}}, "messages", "messages: missing"},
+      {C, chat({{"messages", json::array()}}), "messages", "messages: empty"},
+      {C, chat({{"messages", {{{"role", "robot"}, {"content", "x"}}}}}), "messages[0].role", "messages[0].role"},
+      {C, chat({{"tool_choice", "sometimes"}}), "tool_choice", "tool_choice"},
+      {C, chat({{"response_format", {{"type", "yaml"}}}}), "response_format.type", "response_format.type"},
+      {C, chat({{"reasoning_effort", "extreme"}}), "reasoning_effort", "reasoning_effort"},
+      {P, completion({{"prompt", 5}}), "prompt", "expected a string"},
+      {P, completion({{"prompt", json::array()}}), "prompt", "empty array"},
+      {P, completion({{"prompt", {1, "a"}}}), "prompt[1]", "expected an integer"},
+      {P, completion({{"prompt", {"a", 7}}}), "prompt[1]", "expected a string or a non-empty array"},
+      {P, json{{"max_tokens", 3}}, "prompt", "prompt: missing"},
+      {P, completion({{"messages", kMessages}}), "messages", "use prompt"},
+      {P, completion({{"logprobs", true}}), "logprobs", "expected an integer"},
+      {P, completion({{"logprobs", 21}}), "logprobs", "[0, 20]"},
+      {P, completion({{"echo", true}, {"logprobs", 1}}), "echo", "not supported"},
+      {P, completion({{"suffix", "end"}}), "suffix", "not supported"},
+      {P, completion({{"top_logprobs", 2}}), "top_logprobs", "unknown parameter"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.body.dump());
+    const Rejection r = reject(c.endpoint, c.body.dump());
+    EXPECT_EQ(r.status, 400);
+    EXPECT_EQ(r.param, c.param);
+    EXPECT_NE(r.message.find(c.message_part), std::string::npos) << r.message;
+  }
+}
+
+TEST(OpenaiProtocol, MalformedBodies) {
+  for (const std::string& body : {std::string("{"), std::string("[1, 2]"), std::string("nul"), std::string("")}) {
+    const Rejection r = reject(Endpoint::kChatCompletions, body);
+    EXPECT_EQ(r.status, 400);
+    EXPECT_EQ(r.param, "");
+  }
+}
+
+TEST(OpenaiProtocol, LimitsComeFromTheServer) {
+  ProtocolLimits limits;
+  limits.max_n = 2;
+  limits.max_stop_strings = 1;
+  EXPECT_EQ(reject(Endpoint::kChatCompletions, chat({{"n", 3}}).dump(), limits).param, "n");
+  EXPECT_EQ(reject(Endpoint::kChatCompletions, chat({{"stop", {"a", "b"}}}).dump(), limits).param, "stop");
+}
+
+TEST(OpenaiProtocol, ErrorBodyIsOpenAiShaped) {
+  const RequestError e(400, "top_p", "top_p: expected a number in (0, 1], found 2");
+  EXPECT_EQ(error_body(e),
+            R"({"error":{"message":"top_p: expected a number in (0, 1], found 2","type":"invalid_request_error",)"
+            R"("param":"top_p","code":null}})");
+  EXPECT_EQ(json::parse(error_body("no", "server_error", "", "x"))["error"]["param"], nullptr);
+}
+
+TEST(OpenaiProtocol, LowerLayerErrorsNameTheirField) {
+  EXPECT_EQ(as_request_error(Error("messages[2].content: expected a string")).param(), "messages[2].content");
+  EXPECT_EQ(as_request_error(Error("prompt: 9 tokens plus max_tokens 9 exceed max_model_len 10"), "messages").param(),
+            "messages");
+  EXPECT_EQ(as_request_error(Error("the server is shutting down")).param(), "");
+}
+
+TEST(OpenaiProtocol, ResponseIds) {
+  const std::string a = new_response_id(Endpoint::kChatCompletions), b = new_response_id(Endpoint::kChatCompletions);
+  EXPECT_EQ(a.rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(a.size(), std::string("chatcmpl-").size() + 24);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(new_response_id(Endpoint::kCompletions).rfind("cmpl-", 0), 0u);
+}
+
+}  // namespace
+}  // namespace strata::server
