@@ -13,4 +13,6 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 bash scripts/setup.sh build-asan -DSTRATA_WERROR=ON -DSTRATA_SANITIZE=ON -DSTRATA_CUDA=off -DCMAKE_BUILD_TYPE=RelWithDebInfo
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
+# libFuzzer targets (tokenizer, chat request JSON, output parser), briefly: each for 20 s.
+bash scripts/fuzz.sh 20
 echo "all tests passed"

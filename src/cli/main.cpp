@@ -41,7 +41,11 @@ int main(int argc, char** argv) {
     if (command == "bench") return strata::cli::bench_command(args);
     if (command == "tokenize") return strata::cli::tokenize_command(args);
     if (command == "chat-template") return strata::cli::chat_template_command(args);
+#ifdef STRATA_WITH_SERVER
     if (command == "serve") return strata::cli::serve_command(args);
+#else
+    if (command == "serve") strata::fail("this build has no HTTP server: Boost.Beast (Debian libboost-dev) was missing");
+#endif
     if (command == "version" || command == "--version") {
       std::printf("strata %s\n", STRATA_VERSION);
       return 0;

@@ -103,6 +103,11 @@ int serve_command(const std::vector<std::string>& argv) {
   if (!(grace_s >= 0)) fail("option --shutdown-grace: expected seconds ≥ 0, found ", grace_s);
   const double idle_s = args.number("idle-timeout", 300.0);
   if (!(idle_s > 0)) fail("option --idle-timeout: expected seconds > 0, found ", idle_s);
+  const int64_t state_bytes = args.has("state-memory") ? parse_bytes(args.str("state-memory"), "state-memory") : 0;
+  if (args.has("state-memory") && state_bytes < 1) fail("option --state-memory: expected a positive byte count");
+  const int64_t max_batched = positive(args, "max-num-batched-tokens", 2048);
+  const int64_t max_body = positive(args, "max-body-bytes", 8 << 20);
+  const int64_t max_n = positive(args, "max-n", 16);
 
   // Block the shutdown signals before any thread starts, so every thread inherits the mask and only the
   // sigtimedwait below receives them.
@@ -125,9 +130,9 @@ int serve_command(const std::vector<std::string>& argv) {
     fail("option --max-model-len: expected 2..", mc.max_position_embeddings, " (the model's max_position_embeddings), found ",
          ec.max_model_len);
   ec.scheduler.max_num_seqs = max_num_seqs;
-  ec.scheduler.max_num_batched_tokens = positive(args, "max-num-batched-tokens", 2048);
-  if (args.has("state-memory"))
-    ec.pool = model::v4::StatePool::limits_for_bytes(model, parse_bytes(args.str("state-memory"), "state-memory"), max_num_seqs);
+  ec.scheduler.max_num_batched_tokens = max_batched;
+  if (state_bytes > 0)
+    ec.pool = model::v4::StatePool::limits_for_bytes(model, state_bytes, max_num_seqs);
   else
     ec.pool.max_sequences = max_num_seqs;
 
@@ -138,8 +143,8 @@ int serve_command(const std::vector<std::string>& argv) {
   sc.served_model_name = args.str("served-model-name", std::filesystem::path(dir).lexically_normal().filename().string());
   if (sc.served_model_name.empty() || sc.served_model_name == ".")
     sc.served_model_name = std::filesystem::absolute(dir).lexically_normal().parent_path().filename().string();
-  sc.max_body_bytes = static_cast<size_t>(positive(args, "max-body-bytes", 8 << 20));
-  sc.limits.max_n = positive(args, "max-n", 16);
+  sc.max_body_bytes = static_cast<size_t>(max_body);
+  sc.limits.max_n = max_n;
   sc.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(idle_s * 1000));
 
   server::Server server(model, tokenizer, ec, sc);
