@@ -168,6 +168,27 @@ bool is_unsupported_field(const std::string& key) {
   return false;
 }
 
+// The deepest array/object nesting of a JSON text (strings skipped). Checked before parsing: code that walks a
+// request recursively (the chat encoder renders tool schemas) must never meet a body nested a million deep.
+size_t nesting_depth(std::string_view text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char ch : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((ch == ']' || ch == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 }  // namespace
 
 std::string error_body(std::string_view message, std::string_view type, std::string_view param, std::string_view code) {
@@ -194,6 +215,9 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
   CompletionRequest r;
   r.endpoint = endpoint;
   const bool chat = endpoint == Endpoint::kChatCompletions;
+  constexpr size_t kMaxDepth = 64;
+  if (nesting_depth(body) > kMaxDepth)
+    throw RequestError(400, "", cat("the request body nests JSON deeper than ", kMaxDepth, " levels"));
   ojson request;
   try {
     request = ojson::parse(body);

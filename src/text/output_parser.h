@@ -29,8 +29,9 @@
 
 namespace strata::text {
 
-// One piece of one tool call. The first piece of a call carries its id and name (and no arguments yet); later
-// pieces append to arguments. Calls are indexed 0, 1, ... in the order they start, across blocks.
+// One piece of one tool call. A call's first piece carries its id and name (and whatever of the arguments arrived
+// with them); later pieces only append to the arguments. Calls are indexed 0, 1, ... in the order they start,
+// across blocks.
 struct ToolCallDelta {
   int index = 0;
   std::optional<std::string> id, name;

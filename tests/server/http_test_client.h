@@ -121,6 +121,14 @@ class HttpTestClient {
     return out;
   }
 
+  // Reads until `needle` has arrived (kept for later reads); false on EOF or timeout. A response's head and body
+  // may arrive in separate packets, so tests wait for what they expect rather than for the first bytes.
+  bool wait_for(const std::string& needle, double timeout_s = 60) {
+    while (pending_.find(needle) == std::string::npos)
+      if (!fill(timeout_s)) return false;
+    return true;
+  }
+
   // True when the server has closed the connection (reads EOF within the timeout).
   bool closed_by_server(double timeout_s = 5) {
     pending_.clear();

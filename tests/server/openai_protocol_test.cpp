@@ -206,6 +206,16 @@ TEST(OpenaiProtocol, MalformedBodies) {
   }
 }
 
+TEST(OpenaiProtocol, DeepNestingIsRefusedBeforeParsing) {
+  const std::string deep = "{\"messages\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  const Rejection r = reject(Endpoint::kChatCompletions, deep);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.message.find("deeper than 64"), std::string::npos);
+  // Brackets inside strings do not count.
+  EXPECT_NO_THROW(parse(Endpoint::kChatCompletions,
+                        chat({{"messages", json::array({{{"role", "user"}, {"content", std::string(500, '[')}}})}})));
+}
+
 TEST(OpenaiProtocol, LimitsComeFromTheServer) {
   ProtocolLimits limits;
   limits.max_n = 2;
