@@ -218,7 +218,7 @@ TEST_F(ServerEndToEnd, Completions) {
 }
 
 TEST_F(ServerEndToEnd, NChoicesAndSeeds) {
-  const json body = chat_body({{"n", 2}, {"temperature", 1.0}, {"seed", 42}});
+  const json body = chat_body({{"n", 2}, {"temperature", 1.0}, {"top_k", 50}, {"seed", 42}});
   const json a = post("/v1/chat/completions", body);
   const json b = post("/v1/chat/completions", body);
   ASSERT_EQ(a["choices"].size(), 2u);
@@ -227,10 +227,10 @@ TEST_F(ServerEndToEnd, NChoicesAndSeeds) {
   EXPECT_EQ(a["usage"]["completion_tokens"], 16);
   EXPECT_EQ(a["choices"], b["choices"]);  // same seed, same tokens
   // Choice i of a seeded request samples with seed + i.
-  const json single = post("/v1/chat/completions", chat_body({{"temperature", 1.0}, {"seed", 43}}));
+  const json single = post("/v1/chat/completions", chat_body({{"temperature", 1.0}, {"top_k", 50}, {"seed", 43}}));
   EXPECT_EQ(single["choices"][0]["message"], a["choices"][1]["message"]);
   // Streamed, the same choices.
-  const std::vector<json> chunks = stream("/v1/chat/completions", chat_body({{"n", 2}, {"temperature", 1.0}, {"seed", 42}, {"stream", true}}));
+  const std::vector<json> chunks = stream("/v1/chat/completions", chat_body({{"n", 2}, {"temperature", 1.0}, {"top_k", 50}, {"seed", 42}, {"stream", true}}));
   EXPECT_EQ(chunk_text(chunks, "content", 0), a["choices"][0]["message"]["content"].get<std::string>());
   EXPECT_EQ(chunk_text(chunks, "content", 1), a["choices"][1]["message"]["content"].get<std::string>());
 }
