@@ -1,8 +1,15 @@
 // `strata generate`: prefill a prompt (optionally in chunks), decode greedily or by sampling, report speed, and
-// optionally dump every logit row for comparison with a reference implementation.
+// optionally dump every logit row for comparison with a reference implementation. With --input, the offline
+// batch mode: a JSONL file of OpenAI requests through the serving engine (cli/offline_batch.h).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <cstdio>
@@ -11,6 +18,12 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#ifdef STRATA_WITH_SERVER
+#include "cli/offline_batch.h"
+#include "cli/offline_progress.h"
+#include "engine/engine.h"
+#include "model/deepseek_v4/state_pool.h"
+#endif
 #include "core/error.h"
 #include "engine/sampler.h"
 #include "model/deepseek_v4/model.h"
@@ -49,10 +62,55 @@ options:
 With --prompt-ids, prints the generated ids (comma-separated) on stdout; timings go to stderr. Exactly one of
 --prompt-ids, --prompt and --chat is required; the text modes need tokenizer.json in the model directory.
 
+Offline batch mode (strata generate --input FILE --output FILE --help for its options): every line of a JSONL
+file is an OpenAI request, run through the serving engine with continuous batching.
+
 example:
   strata model init --preset tiny --out /tmp/tiny
   strata generate --model /tmp/tiny --prompt-ids 5,6,7 --max-tokens 8 --temperature 0
   strata generate --model DIR --chat request.json --max-tokens 64
+  strata generate --model DIR --input requests.jsonl --output results.jsonl --max-num-seqs 128
+)";
+
+constexpr const char* kOfflineHelp = R"(strata generate --input — offline batch inference: a JSONL file of OpenAI requests through the same
+engine as `strata serve` (continuous batching, chunked prefill), one JSON result per request, in input order.
+
+options:
+  --model DIR                checkpoint directory with tokenizer.json + tokenizer_config.json
+  --input FILE               requests, one JSON object a line ("-" reads stdin):
+                               a request body: chat if it has "messages", completions ("prompt") otherwise, with
+                               an optional "custom_id" (or "id"), a string or number, carried to the result:
+                                 {"custom_id": "a", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16}
+                                 {"id": 2, "prompt": [5, 6, 7], "max_tokens": 8, "temperature": 0, "n": 2}
+                               or an OpenAI batch-API line, its url naming the endpoint:
+                                 {"custom_id": "b", "method": "POST", "url": "/v1/completions", "body": {...}}
+                             Bodies take every field the server takes (see strata serve --help); "stream" must be
+                             false or absent. Blank lines are skipped.
+  --output FILE              results, one JSON object per request, in input order ("-" writes stdout):
+                               {"line": 1, "custom_id": "a", "response": {"status_code": 200, "body": {...}},
+                                "error": null}
+                             body is the JSON a non-streamed server response carries. A line the server would
+                             refuse gets its status and OpenAI error instead, and the batch goes on:
+                               {"line": 3, "custom_id": null, "response": {"status_code": 400, "body": {"error":
+                                {...}}}, "error": {"message": "top_p: ...", "type": "invalid_request_error",
+                                "param": "top_p", "code": null}}
+  --max-num-seqs N           sequences in one engine step (default 256); each choice of a request is one sequence
+  --max-num-batched-tokens N tokens per engine step, the prefill chunk budget (default 2048)
+  --max-model-len N          prompt + generated tokens per sequence (default: min(8192, max_position_embeddings))
+  --state-memory BYTES       memory for per-sequence state, e.g. 2GiB (default: a slot per sequence plus 4096
+                             pages of compressed entries)
+  --max-n N                  largest n accepted (default 16)
+  --served-model-name NAME   the name a request's "model" must match, shown in results (default: basename of DIR)
+  --progress-interval S      without a terminal on stderr: seconds between progress lines (default 5)
+
+Progress goes to stderr (a bar on a terminal, plain lines otherwise), then a summary: requests, prompt and
+generated tokens, wall time, tokens/s. The exit code is 0 even when some lines failed (their records say why).
+
+example:
+  strata model init --preset tiny --tokenizer-from .deps/tokenizer-deepseek_v3 --out /tmp/tinytok
+  printf '%s\n' '{"custom_id":"a","prompt":"Hello","max_tokens":8,"temperature":0}' \
+                '{"custom_id":"b","messages":[{"role":"user","content":"Hi"}],"max_tokens":8}' > /tmp/requests.jsonl
+  strata generate --model /tmp/tinytok --input /tmp/requests.jsonl --output /tmp/results.jsonl
 )";
 
 // How the prompt was given, and so how the output is shown.
@@ -124,9 +182,116 @@ void print_output(const Prompt& p, const std::vector<int32_t>& generated) {
   std::printf("%s\n", msg.dump(2).c_str());
 }
 
+#ifdef STRATA_WITH_SERVER
+// "2GiB", "512M", "1000000": binary suffixes K/Ki, M/Mi, G/Gi, T/Ti, an optional trailing B (as strata serve).
+int64_t parse_bytes(const std::string& text, const std::string& option) {
+  size_t end = 0;
+  while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+  if (end == 0) fail("option --", option, ": expected a byte count such as 2GiB or 536870912, found '", text, "'");
+  std::string suffix = text.substr(end);
+  for (char& ch : suffix) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (!suffix.empty() && suffix.back() == 'B') suffix.pop_back();
+  if (!suffix.empty() && suffix.back() == 'I') suffix.pop_back();
+  const std::string units = "KMGT";
+  const size_t unit = suffix.empty() ? std::string::npos : units.find(suffix);
+  if (!suffix.empty() && (suffix.size() != 1 || unit == std::string::npos))
+    fail("option --", option, ": unknown size suffix in '", text, "' (use K, M, G or T)");
+  const long double value =
+      std::stold(text.substr(0, end)) * static_cast<long double>(1ull << (unit == std::string::npos ? 0 : 10 * (unit + 1)));
+  if (value > 9.0e18L) fail("option --", option, ": '", text, "' is too large");
+  return static_cast<int64_t>(value);
+}
+
+int64_t positive(const Args& args, const std::string& name, int64_t fallback) {
+  const int64_t v = args.integer(name, fallback);
+  if (v < 1) fail("option --", name, ": expected a positive integer, found ", v);
+  return v;
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path);
+    if (!file) fail("option --input: cannot read '", path, "'");
+  }
+  std::istream& in = path == "-" ? std::cin : file;
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
+  if (in.bad()) fail("option --input: error while reading '", path, "'");
+  return lines;
+}
+
+int offline_generate(const std::vector<std::string>& argv) {
+  const Args args(argv,
+                  {"model", "input", "output", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "state-memory",
+                   "max-n", "served-model-name", "progress-interval"},
+                  {"help"});
+  if (args.has("help")) {
+    std::fputs(kOfflineHelp, stdout);
+    return 0;
+  }
+  const std::string dir = args.required("model"), input = args.required("input"), output = args.required("output");
+  const int64_t max_num_seqs = positive(args, "max-num-seqs", 256);
+  const int64_t max_batched = positive(args, "max-num-batched-tokens", 2048);
+  const int64_t max_n = positive(args, "max-n", 16);
+  const int64_t state_bytes = args.has("state-memory") ? parse_bytes(args.str("state-memory"), "state-memory") : 0;
+  if (args.has("state-memory") && state_bytes < 1) fail("option --state-memory: expected a positive byte count");
+  const double interval = args.number("progress-interval", 5.0);
+  if (!(interval > 0)) fail("option --progress-interval: expected seconds > 0, found ", interval);
+
+  const std::vector<std::string> lines = read_lines(input);
+  const text::Tokenizer tokenizer = text::Tokenizer::load(dir);
+  const model::v4::Model model = model::v4::load_model(dir);
+  const model::ModelConfig& mc = model.config();
+  if (tokenizer.vocab_size() > mc.vocab_size)
+    fail("--model ", dir, ": the tokenizer has ids up to ", tokenizer.vocab_size() - 1, " but the model's vocab_size is ",
+         mc.vocab_size);
+
+  OfflineSettings settings;
+  engine::EngineConfig& ec = settings.engine;
+  ec.max_model_len = args.integer("max-model-len", std::min<int64_t>(8192, mc.max_position_embeddings));
+  if (ec.max_model_len < 2 || ec.max_model_len > mc.max_position_embeddings)
+    fail("option --max-model-len: expected 2..", mc.max_position_embeddings, " (the model's max_position_embeddings), found ",
+         ec.max_model_len);
+  ec.scheduler.max_num_seqs = max_num_seqs;
+  ec.scheduler.max_num_batched_tokens = max_batched;
+  if (state_bytes > 0) ec.pool = model::v4::StatePool::limits_for_bytes(model, state_bytes, max_num_seqs);
+  else ec.pool.max_sequences = max_num_seqs;
+  settings.limits.max_model_len = ec.max_model_len;
+  settings.limits.protocol.max_n = max_n;
+  settings.limits.served_model_name =
+      args.str("served-model-name", std::filesystem::path(dir).lexically_normal().filename().string());
+  if (settings.limits.served_model_name.empty() || settings.limits.served_model_name == ".")
+    settings.limits.served_model_name = std::filesystem::absolute(dir).lexically_normal().parent_path().filename().string();
+
+  std::ofstream file;
+  if (output != "-") {
+    file.open(output, std::ios::binary | std::ios::trunc);
+    if (!file) fail("option --output: cannot write '", output, "'");
+  }
+  std::ostream& out = output == "-" ? std::cout : file;
+  int64_t total = 0;
+  for (const std::string& l : lines) total += l.find_first_not_of(" \t\r\n") != std::string::npos;
+  OfflineProgress progress(stderr, ::isatty(STDERR_FILENO) != 0, total, interval);
+  const OfflineSummary summary = run_offline_batch(model, tokenizer, settings, lines, out, &progress);
+  if (!out) fail("option --output: error while writing '", output, "'");
+  progress.finish(summary);
+  return 0;
+}
+#endif
+
 }  // namespace
 
 int generate_command(const std::vector<std::string>& argv) {
+  for (const std::string& a : argv)
+    if (a == "--input" || a.rfind("--input=", 0) == 0) {
+#ifdef STRATA_WITH_SERVER
+      return offline_generate(argv);
+#else
+      fail("option --input: offline batch mode needs the server's OpenAI layer, and this build has none (Boost.Beast, "
+           "Debian libboost-dev, was missing)");
+#endif
+    }
   const Args args(argv, {"model", "prompt-ids", "prompt", "chat", "max-tokens", "temperature", "top-p", "top-k", "min-p", "repetition-penalty",
                    "presence-penalty", "frequency-penalty", "seed", "chunk", "dump-logits", "dump-hidden"},
                   {"help", "ignore-eos", "parse-special"});

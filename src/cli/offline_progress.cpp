@@ -1,0 +1,86 @@
+#include "cli/offline_progress.h"
+
+#include "core/error.h"
+
+namespace strata::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string clock_text(double seconds) {
+  const auto s = static_cast<int64_t>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                               static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  else std::snprintf(buf, sizeof buf, "%02lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  return buf;
+}
+
+double per_second(int64_t count, double seconds) { return seconds > 0 ? static_cast<double>(count) / seconds : 0.0; }
+
+}  // namespace
+
+OfflineProgress::OfflineProgress(std::FILE* stream, bool tty, int64_t total, double interval_s)
+    : stream_(stream), tty_(tty), total_(total), interval_s_(interval_s), start_(Clock::now()), last_(start_) {}
+
+std::string OfflineProgress::line(int64_t done, int64_t generated_tokens, double elapsed_s) const {
+  const double rate = per_second(generated_tokens, elapsed_s);
+  const double fraction = total_ > 0 ? static_cast<double>(done) / static_cast<double>(total_) : 1.0;
+  char tail[160];
+  std::snprintf(tail, sizeof tail, "%lld/%lld requests, %.0f generated tokens/s, %s elapsed",
+                static_cast<long long>(done), static_cast<long long>(total_), rate, clock_text(elapsed_s).c_str());
+  if (!tty_) return cat("generate: ", tail);
+  constexpr int kWidth = 30;
+  const int filled = static_cast<int>(fraction * kWidth);
+  std::string bar(static_cast<size_t>(filled), '#');
+  bar.append(static_cast<size_t>(kWidth - filled), '.');
+  std::string eta;
+  if (done > 0 && done < total_)
+    eta = ", eta " + clock_text(elapsed_s * static_cast<double>(total_ - done) / static_cast<double>(done));
+  char pct[16];
+  std::snprintf(pct, sizeof pct, "%3.0f%%", 100.0 * fraction);
+  return cat("[", bar, "] ", pct, " ", tail, eta);
+}
+
+void OfflineProgress::start() { start_ = last_ = Clock::now(); }
+
+void OfflineProgress::update(int64_t done, int64_t generated_tokens) {
+  const Clock::time_point now = Clock::now();
+  const double since_last = std::chrono::duration<double>(now - last_).count();
+  if (since_last < (tty_ ? 0.1 : interval_s_)) return;
+  if (!tty_ && done == last_done_ && since_last < 6 * interval_s_) return;  // quiet while nothing finishes
+  last_ = now;
+  last_done_ = done;
+  const std::string text = line(done, generated_tokens, std::chrono::duration<double>(now - start_).count());
+  if (tty_) std::fprintf(stream_, "\r%s\x1b[K", text.c_str());  // \x1b[K clears what a longer line left
+  else std::fprintf(stream_, "%s\n", text.c_str());
+  std::fflush(stream_);
+}
+
+void OfflineProgress::finish(const OfflineSummary& summary) {
+  const std::string text = line(summary.requests, summary.generated_tokens, summary.wall_s);
+  if (tty_) std::fprintf(stream_, "\r%s\x1b[K\n", text.c_str());
+  else std::fprintf(stream_, "%s\n", text.c_str());
+  std::fputs(format_summary(summary).c_str(), stream_);
+  std::fflush(stream_);
+}
+
+std::string format_summary(const OfflineSummary& s) {
+  char buf[768];
+  std::snprintf(buf, sizeof buf,
+                "requests:          %lld (%lld succeeded, %lld failed)\n"
+                "prompt tokens:     %lld\n"
+                "generated tokens:  %lld\n"
+                "wall time:         %.3f s\n"
+                "throughput:        %.2f requests/s, %.1f generated tokens/s, %.1f total tokens/s\n"
+                "engine:            %lld steps, %lld preemptions\n",
+                static_cast<long long>(s.requests), static_cast<long long>(s.succeeded),
+                static_cast<long long>(s.failed), static_cast<long long>(s.prompt_tokens),
+                static_cast<long long>(s.generated_tokens), s.wall_s, per_second(s.succeeded, s.wall_s),
+                per_second(s.generated_tokens, s.wall_s), per_second(s.prompt_tokens + s.generated_tokens, s.wall_s),
+                static_cast<long long>(s.engine.steps), static_cast<long long>(s.engine.preemptions));
+  return buf;
+}
+
+}  // namespace strata::cli
