@@ -19,9 +19,11 @@ Held-out split (so the held-out accuracy measures generalisation, not recall):
   * number pairs: a pair is held out when a hash of (operation, operands) falls below --heldout-frac; for + and
     x the operands are unordered (seeing 45 + 23 would give 23 + 45 away). No training line contains a held-out
     pair in any form: not as a question, not as a calculator call, not as a step of a reasoning_content;
-  * phrasings: every task has training templates and held-out templates; held-out questions use only the
-    latter (and held-out pairs). Facts (capitals, units) are necessarily seen in training: for them the split
-    is by phrasing alone.
+  * phrasings: questions are composed as [opener] core [ending] [suffix] in one of three casings. Some cores,
+    openers and suffixes are held-out parts, never used in training; among training parts, a hash of the whole
+    combination holds out --phrasing-frac of the combinations. Held-out questions use a held-out phrasing (and
+    held-out pairs); each line records its phrasing, and eval lines why it is unseen ("held_out_by"). Facts
+    (capitals, units) are necessarily seen in training: for them the split is by phrasing alone.
 
 Outputs in --out: train.jsonl, heldout.jsonl (the same modes, held-out pairs and phrasings, for held-out loss),
 heldout_eval.jsonl (the CI set: 200 plain-answer questions first, then json / thinking / tool_call /
@@ -90,56 +92,121 @@ def unit_name(article_unit):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Phrasings: (training templates, held-out templates) per question kind
+# Phrasings, composed from parts: [opener] core [ending] [suffix], in one of three casings
 # ----------------------------------------------------------------------------------------------------------
 
-TEMPLATES = {
+# Cores per question kind: (training cores, held-out cores). The letter after each core is its kind of
+# sentence, which picks its endings: "Q" a question, "I" an instruction, "N" already complete (no ending).
+# Placeholders: {a} {b} operands, {c} country, {small} {big} {Big} unit phrases, {v} {bigs} conversions.
+CORES = {
     "add": (
-        ["What is {a} + {b}?", "What is {a} plus {b}?", "Compute {a} + {b}.", "Calculate {a} plus {b}.",
-         "{a} + {b} = ?", "Add {a} and {b}.", "What do you get when you add {a} and {b}?",
-         "What is the sum of {a} and {b}?", "Please work out {a} + {b}.", "How much is {a} plus {b}?",
-         "{a} plus {b} equals what?", "Find the sum of {a} and {b}.", "what's {a}+{b}"],
-        ["Tell me what {a} + {b} is.", "If you add {b} to {a}, what do you get?", "Quick question: {a} plus {b}?",
-         "Evaluate {a} + {b}."],
+        [("What is {a} + {b}", "Q"), ("What is {a} plus {b}", "Q"), ("What's {a} plus {b}", "Q"),
+         ("what's {a}+{b}", "Q"), ("{a} + {b} = ?", "N"), ("{a}+{b}=", "N"), ("{a} + {b}", "Q"), ("{a} plus {b}", "Q"),
+         ("What do you get when you add {a} and {b}", "Q"), ("What is the sum of {a} and {b}", "Q"),
+         ("How much is {a} plus {b}", "Q"), ("{a} plus {b} equals what", "Q"), ("What does {a} + {b} equal", "Q"),
+         ("What is {a} added to {b}", "Q"), ("Can you add {a} and {b}", "Q"), ("Do you know what {a} plus {b} is", "Q"),
+         ("What number is {a} + {b}", "Q"), ("What's the total of {a} and {b}", "Q"),
+         ("How much do {a} and {b} add up to", "Q"), ("Compute {a} + {b}", "I"), ("Calculate {a} plus {b}", "I"),
+         ("Add {a} and {b}", "I"), ("Add {b} to {a}", "I"), ("Please work out {a} + {b}", "I"),
+         ("Find the sum of {a} and {b}", "I"), ("Work out {a} plus {b}", "I"), ("Give me the sum of {a} and {b}", "I"),
+         ("Sum {a} and {b}", "I"), ("Solve {a} + {b}", "I"), ("Find {a} + {b}", "I")],
+        [("Tell me what {a} + {b} is", "I"), ("If you add {b} to {a}, what do you get", "Q"),
+         ("Evaluate {a} + {b}", "I"), ("{a} and {b} together make how much", "Q")],
     ),
     "sub": (
-        ["What is {a} - {b}?", "What is {a} minus {b}?", "Compute {a} - {b}.", "Calculate {a} minus {b}.",
-         "{a} - {b} = ?", "Subtract {b} from {a}.", "What is {b} subtracted from {a}?",
-         "What is the difference between {a} and {b}?", "Please work out {a} - {b}.", "How much is {a} minus {b}?",
-         "{a} minus {b} equals what?", "Take {b} away from {a}.", "what's {a}-{b}"],
-        ["Tell me what {a} - {b} is.", "If you take {b} from {a}, what is left?", "Quick question: {a} minus {b}?",
-         "Evaluate {a} - {b}."],
+        [("What is {a} - {b}", "Q"), ("What is {a} minus {b}", "Q"), ("What's {a} minus {b}", "Q"),
+         ("what's {a}-{b}", "Q"), ("{a} - {b} = ?", "N"), ("{a}-{b}=", "N"), ("{a} - {b}", "Q"), ("{a} minus {b}", "Q"),
+         ("Subtract {b} from {a}", "I"), ("What is {b} subtracted from {a}", "Q"),
+         ("What is the difference between {a} and {b}", "Q"), ("Please work out {a} - {b}", "I"),
+         ("How much is {a} minus {b}", "Q"), ("{a} minus {b} equals what", "Q"), ("Take {b} away from {a}", "I"),
+         ("Compute {a} - {b}", "I"), ("Calculate {a} minus {b}", "I"),
+         ("What do you get if you subtract {b} from {a}", "Q"), ("What does {a} - {b} equal", "Q"),
+         ("Find {a} minus {b}", "I"), ("How much is left if you take {b} from {a}", "Q"),
+         ("Work out {a} minus {b}", "I"), ("Solve {a} - {b}", "I"), ("What's {a} take away {b}", "Q"),
+         ("Deduct {b} from {a}", "I"), ("Give me the difference between {a} and {b}", "I")],
+        [("Tell me what {a} - {b} is", "I"), ("If you take {b} from {a}, what is left", "Q"),
+         ("Evaluate {a} - {b}", "I"), ("{a} reduced by {b} gives how much", "Q")],
     ),
     "mul": (
-        ["What is {a} × {b}?", "What is {a} times {b}?", "What is {a} * {b}?", "Compute {a} * {b}.",
-         "Calculate {a} times {b}.", "{a} × {b} = ?", "Multiply {a} by {b}.", "What is {a} multiplied by {b}?",
-         "What is the product of {a} and {b}?", "How much is {a} times {b}?", "{a} times {b} equals what?",
-         "Please work out {a} × {b}.", "what's {a}*{b}"],
-        ["Tell me what {a} * {b} is.", "If you multiply {a} by {b}, what do you get?", "Quick question: {a} times {b}?",
-         "Evaluate {a} × {b}."],
+        [("What is {a} × {b}", "Q"), ("What is {a} times {b}", "Q"), ("What is {a} * {b}", "Q"),
+         ("what's {a}*{b}", "Q"), ("{a} × {b} = ?", "N"), ("{a}*{b}=", "N"), ("{a} * {b}", "Q"), ("{a} times {b}", "Q"),
+         ("Compute {a} * {b}", "I"), ("Calculate {a} times {b}", "I"), ("Multiply {a} by {b}", "I"),
+         ("What is {a} multiplied by {b}", "Q"), ("What is the product of {a} and {b}", "Q"),
+         ("How much is {a} times {b}", "Q"), ("{a} times {b} equals what", "Q"), ("Please work out {a} × {b}", "I"),
+         ("Find the product of {a} and {b}", "I"), ("Multiply {a} and {b}", "I"), ("What does {a} × {b} equal", "Q"),
+         ("Work out {a} times {b}", "I"), ("Solve {a} * {b}", "I"), ("Give me {a} times {b}", "I")],
+        [("Tell me what {a} * {b} is", "I"), ("If you multiply {a} by {b}, what do you get", "Q"),
+         ("Evaluate {a} × {b}", "I"), ("{a} lots of {b} make how much", "Q")],
     ),
     "capital": (
-        ["What is the capital of {c}?", "What's the capital of {c}?", "Name the capital of {c}.",
-         "Which city is the capital of {c}?", "The capital of {c} is which city?", "Capital of {c}?",
-         "Tell me the capital of {c}.", "What city is the capital of {c}?", "Do you know the capital of {c}?",
-         "{c}: what is its capital?"],
-        ["Which city serves as the capital of {c}?", "I need the capital of {c}.", "Quick question: capital of {c}?",
-         "What is the capital city of {c}?"],
+        [("What is the capital of {c}", "Q"), ("What's the capital of {c}", "Q"), ("Name the capital of {c}", "I"),
+         ("Which city is the capital of {c}", "Q"), ("The capital of {c} is which city", "Q"), ("Capital of {c}", "Q"),
+         ("Tell me the capital of {c}", "I"), ("What city is the capital of {c}", "Q"),
+         ("Do you know the capital of {c}", "Q"), ("{c}: what is its capital", "Q"), ("What is {c}'s capital", "Q"),
+         ("{c}'s capital is what", "Q"), ("Give me the capital of {c}", "I"), ("Which city is {c}'s capital", "Q"),
+         ("Name {c}'s capital", "I"), ("The capital of {c}", "Q"), ("{c} capital", "Q"),
+         ("In {c}, which city is the capital", "Q"), ("What's {c}'s capital", "Q"), ("Say the capital of {c}", "I")],
+        [("Which city serves as the capital of {c}", "Q"), ("I need the capital of {c}", "I"),
+         ("What is the capital city of {c}", "Q"), ("Identify the capital of {c}", "I")],
     ),
     "unit": (
-        ["How many {small} are in {big}?", "How many {small} are there in {big}?", "How many {small} make {big}?",
-         "{Big} has how many {small}?", "{Big} is how many {small}?", "What is the number of {small} in {big}?",
-         "How many {small} in {big}?", "Tell me how many {small} are in {big}."],
-        ["Quick question: how many {small} are in {big}?", "I need the number of {small} in {big}.",
-         "Exactly how many {small} does {big} contain?", "If I have {big}, how many {small} is that?"],
+        [("How many {small} are in {big}", "Q"), ("How many {small} are there in {big}", "Q"),
+         ("How many {small} make {big}", "Q"), ("{Big} has how many {small}", "Q"), ("{Big} is how many {small}", "Q"),
+         ("What is the number of {small} in {big}", "Q"), ("How many {small} in {big}", "Q"),
+         ("Tell me how many {small} are in {big}", "I"), ("How many {small} does {big} have", "Q"),
+         ("{Big} equals how many {small}", "Q"), ("Give me the number of {small} in {big}", "I"),
+         ("How many {small} fit in {big}", "Q"), ("Count the {small} in {big}", "I"),
+         ("{Big} contains how many {small}", "Q"), ("How many {small} is {big}", "Q")],
+        [("I need the number of {small} in {big}", "I"), ("Exactly how many {small} does {big} contain", "Q"),
+         ("If I have {big}, how many {small} is that", "Q"), ("State how many {small} {big} holds", "I")],
     ),
     # Unit conversions are only asked with tools (the model copies convert_units' result).
     "convert": (
-        ["Convert {v} {bigs} to {small}.", "How many {small} are in {v} {bigs}?", "What is {v} {bigs} in {small}?",
-         "Use the tool to convert {v} {bigs} into {small}."],
-        ["Quick question: {v} {bigs} in {small}?", "Express {v} {bigs} in {small}."],
+        [("Convert {v} {bigs} to {small}", "I"), ("How many {small} are in {v} {bigs}", "Q"),
+         ("What is {v} {bigs} in {small}", "Q"), ("Use the tool to convert {v} {bigs} into {small}", "I"),
+         ("Turn {v} {bigs} into {small}", "I"), ("{v} {bigs} is how many {small}", "Q"),
+         ("How many {small} is {v} {bigs}", "Q"), ("Change {v} {bigs} to {small}", "I")],
+        [("Express {v} {bigs} in {small}", "I"), ("What do {v} {bigs} come to in {small}", "Q")],
     ),
 }
+
+ENDINGS = {"Q": ["?", "", " ?"], "I": [".", "", "!"], "N": [""]}
+# (training parts, held-out parts); "" (none) is drawn most often.
+OPENERS = (
+    ["", "Hey, ", "Hi! ", "Hello, ", "Question: ", "Q: ", "Please answer: ", "Can you help me? ",
+     "I have a question. ", "Okay, ", "So, ", "Help me out: ", "Here's one: ", "One more: ", "Hi there. "],
+    ["Quick question: ", "Just wondering, ", "Riddle me this: "],
+)
+SUFFIXES = (
+    ["", " Thanks.", " Thank you!", " Please.", " Thanks in advance.", " Just the answer, please.",
+     " Answer briefly.", " Be brief.", " Short answer only.", " Cheers."],
+    [" Thanks a lot.", " Quickly, please."],
+)
+CASINGS = ["as_is", "lower_first", "lower_all"]
+PART_WEIGHTS = {"opener_none": 0.45, "suffix_none": 0.55, "casing": [0.7, 0.15, 0.15]}
+
+
+def phrasing_key(kind, core, opener, ending, suffix, casing):
+    return "\x1f".join((kind, core, opener, ending, suffix, casing))
+
+
+def is_heldout_phrasing(kind, core, opener, ending, suffix, casing, frac):
+    """A phrasing is held out when any part is a held-out part, or (all parts being training parts) when a hash
+    of the whole combination falls below frac: those combinations never appear in training either."""
+    if (core not in [c for c, _ in CORES[kind][0]] or opener not in OPENERS[0] or suffix not in SUFFIXES[0]):
+        return True
+    key = phrasing_key(kind, core, opener, ending, suffix, casing)
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % 10000 < frac * 10000
+
+
+def apply_casing(template, casing):
+    """Casing changes the template's own words only; the values filled in (country names) keep theirs."""
+    if casing == "lower_all":
+        return template.lower()  # "{Big}" becomes "{big}": the unit phrase in lower case too
+    if casing == "lower_first" and template[:1].isalpha():
+        return template[0].lower() + template[1:]
+    return template
+
 
 SYSTEM_PROMPTS = [None, None, None, "You are a helpful assistant.", "You are a concise assistant. Answer briefly.",
                   "You are Strata's demo model.", "Answer with just the result."]
@@ -253,16 +320,37 @@ def fact_reasoning(task, item):
 class Sampler:
     """Draws examples of one split. All randomness goes through self.rng, so a seed fixes the output."""
 
-    def __init__(self, split, seed, heldout_frac):
+    def __init__(self, split, seed, heldout_frac, phrasing_frac=0.2):
         self.split = split
         self.heldout = split != "train"
         self.rng = random.Random(f"{seed}:{split}")
         self.frac = heldout_frac
+        self.phrasing_frac = phrasing_frac
 
     # -- pieces ----------------------------------------------------------------------------------------
     def template(self, kind):
-        train, held = TEMPLATES[kind]
-        return self.rng.choice(held if self.heldout else train)
+        """(template with placeholders, phrasing key parts) of our split: training phrasings use training parts
+        in combinations the hash does not hold out; held-out ones have a held-out core (40%), a held-out opener or
+        suffix (30%), or training parts in a held-out combination (30%)."""
+        rng = self.rng
+        train_cores, held_cores = CORES[kind]
+        route = rng.random() if self.heldout else 1.0
+        while True:
+            core, sentence = rng.choice(held_cores if route < 0.4 else train_cores)
+            opener = "" if rng.random() < PART_WEIGHTS["opener_none"] else rng.choice(OPENERS[0][1:])
+            suffix = "" if rng.random() < PART_WEIGHTS["suffix_none"] else rng.choice(SUFFIXES[0][1:])
+            if 0.4 <= route < 0.7:
+                if rng.random() < 0.5:
+                    opener = rng.choice(OPENERS[1])
+                else:
+                    suffix = rng.choice(SUFFIXES[1])
+            ending = rng.choice(ENDINGS[sentence])
+            casing = rng.choices(CASINGS, weights=PART_WEIGHTS["casing"])[0]
+            if is_heldout_phrasing(kind, core, opener, ending, suffix, casing, self.phrasing_frac) == self.heldout:
+                break
+        lower = opener.endswith(", ") and core[0].isupper() and not core.startswith("I ")
+        body = core[0].lower() + core[1:] if lower else core
+        return apply_casing(opener + body + ending + suffix, casing), [kind, core, opener, ending, suffix, casing]
 
     def pair(self, op, with_tool=False, thinking=False):
         """Operands whose split matches ours; for training also every reasoning step must be a training pair."""
@@ -286,33 +374,34 @@ class Sampler:
 
     # -- questions -------------------------------------------------------------------------------------
     def question(self, task, with_tool=False, thinking=False):
-        """(question text, answer value, reasoning text, item) for one task."""
+        """(question text, answer value, reasoning text, item, phrasing) for one task."""
         if task in OPS:
             a, b = self.pair(task, with_tool, thinking)
-            text = self.template(task).format(a=a, b=b)
-            return text, arithmetic(task, a, b), arithmetic_reasoning(task, a, b), (a, b)
+            t, phrasing = self.template(task)
+            return t.format(a=a, b=b), arithmetic(task, a, b), arithmetic_reasoning(task, a, b), (a, b), phrasing
         if task == "capital":
             item = self.rng.choice(CAPITALS)
-            return self.template("capital").format(c=item[0]), item[1], fact_reasoning(task, item), item
+            t, phrasing = self.template("capital")
+            return t.format(c=item[0]), item[1], fact_reasoning(task, item), item, phrasing
         item = self.rng.choice(UNITS)
         big, _, _, smalls, factor = item
-        t = self.template("unit")
+        t, phrasing = self.template("unit")
         text = t.format(small=smalls, big=big, Big=big[0].upper() + big[1:])
-        return text, factor, fact_reasoning(task, item), item
+        return text, factor, fact_reasoning(task, item), item, phrasing
 
     # -- modes -----------------------------------------------------------------------------------------
     def plain(self, task):
-        text, answer, _, item = self.question(task)
+        text, answer, _, item, phrasing = self.question(task)
         messages = self.base_messages()
         if self.rng.random() < 0.08:  # a short history: the model must answer the last question
             prev_task = self.rng.choice(["add", "sub", "mul", "capital", "unit"])
-            prev_text, prev_answer, _, _ = self.question(prev_task)
+            prev_text, prev_answer, _, _, _ = self.question(prev_task)
             messages += [{"role": "user", "content": prev_text}, {"role": "assistant", "content": str(prev_answer)}]
         messages.append({"role": "user", "content": text})
-        return {"messages": messages}, {"role": "assistant", "content": str(answer)}, answer, item
+        return {"messages": messages}, {"role": "assistant", "content": str(answer)}, answer, item, phrasing
 
     def json_answer(self, task):
-        text, answer, _, item = self.question(task)
+        text, answer, _, item, phrasing = self.question(task)
         request = {"messages": self.base_messages()}
         if self.rng.random() < 0.6:
             request["response_format"] = {"type": "json_object"}
@@ -322,31 +411,34 @@ class Sampler:
             text += " " + self.rng.choice(JSON_INSTRUCTIONS)
         request["messages"].append({"role": "user", "content": text})
         reply = {"role": "assistant", "content": json.dumps({"answer": answer}, ensure_ascii=False)}
-        return request, reply, answer, item
+        return request, reply, answer, item, phrasing
 
     def thinking(self, task):
-        text, answer, reasoning, item = self.question(task, thinking=True)
+        text, answer, reasoning, item, phrasing = self.question(task, thinking=True)
         request = {"messages": self.base_messages() + [{"role": "user", "content": text}],
                    "chat_template_kwargs": {"thinking": True}}
         reply = {"role": "assistant", "reasoning_content": reasoning, "content": str(answer)}
-        return request, reply, answer, item
+        return request, reply, answer, item, phrasing
 
     def tool_turns(self, task):
         """The two examples of one tool conversation: the call, and the answer after the tool's result."""
         if task in OPS:
             a, b = self.pair(task, with_tool=True)
-            text = self.template(task).format(a=a, b=b)
+            t, phrasing = self.template(task)
+            text = t.format(a=a, b=b)
             name, args, result = "calculator", {"expression": f"{a} {OPS[task]} {b}"}, arithmetic(task, a, b)
             item = (a, b)
         elif task == "capital":
             country, capital = self.rng.choice(CAPITALS)
-            text = self.template("capital").format(c=country)
+            t, phrasing = self.template("capital")
+            text = t.format(c=country)
             name, args, result = "get_capital", {"country": country}, capital
             item = (country, capital)
         else:
             big, bigs, small, smalls, factor, v = self.conversion()
             item = (UNITS.index((big, bigs, small, smalls, factor)), v)
-            text = self.template("convert").format(v=v, bigs=bigs, small=smalls)
+            t, phrasing = self.template("convert")
+            text = t.format(v=v, bigs=bigs, small=smalls)
             name, args, result = "convert_units", {"value": v, "from_unit": unit_name(big), "to_unit": small}, v * factor
         text += self.rng.choice(TOOL_NUDGES)
         others = [t for t in TOOLS if t != name]
@@ -361,7 +453,8 @@ class Sampler:
             {"role": "assistant", "content": None, "tool_calls": [call]},
             {"role": "tool", "tool_call_id": call["id"], "content": str(result)}], "tools": request["tools"]}
         final_reply = {"role": "assistant", "content": str(result)}
-        return (request, first_reply, {"name": name, "arguments": args}, item), (followup, final_reply, result, item)
+        return ((request, first_reply, {"name": name, "arguments": args}, item, phrasing),
+                (followup, final_reply, result, item, phrasing))
 
     def conversion(self):
         """A unit and a value 2-9 to convert; (unit index, value) pairs are split like number pairs."""
@@ -373,9 +466,9 @@ class Sampler:
     # -- one line ----------------------------------------------------------------------------------------
     def lines(self, task, mode):
         """One or two corpus lines (a tool conversation gives two)."""
-        def line(request, reply, answer, item, line_mode):
+        def line(request, reply, answer, item, phrasing, line_mode):
             return {"request": request, "reply": reply, "task": task, "mode": line_mode, "answer": answer,
-                    "item": list(item), "split": self.split}
+                    "item": list(item), "phrasing": phrasing, "split": self.split}
         if mode == "plain":
             return [line(*self.plain(task), "plain")]
         if mode == "json":
@@ -386,8 +479,8 @@ class Sampler:
         return [line(*first, "tool_call"), line(*second, "tool_result")]
 
 
-TASK_WEIGHTS = {"add": 0.28, "sub": 0.22, "mul": 0.12, "capital": 0.22, "unit": 0.16}
-MODE_WEIGHTS = {"plain": 0.55, "json": 0.17, "thinking": 0.18, "tool": 0.10}  # tool: two lines each
+TASK_WEIGHTS = {"add": 0.30, "sub": 0.26, "mul": 0.10, "capital": 0.19, "unit": 0.15}
+MODE_WEIGHTS = {"plain": 0.60, "json": 0.14, "thinking": 0.16, "tool": 0.10}  # tool: two lines each
 
 
 def draw(rng, weights):
@@ -409,42 +502,54 @@ EVAL_ANSWER_MIX = {"add": 60, "sub": 50, "mul": 10, "capital": 50, "unit": 30}  
 EVAL_OTHER = {"json": 10, "thinking": 10, "tool": 10}  # tool gives a tool_call and a tool_result check each
 
 
-def eval_lines(seed, frac):
+def heldout_reason(phrasing):
+    """Why a held-out phrasing is held out: an unseen "core", "opener" or "suffix", or an unseen "combination"."""
+    kind, core, opener, _, suffix, _ = phrasing
+    if core not in [c for c, _ in CORES[kind][0]]:
+        return "core"
+    if opener not in OPENERS[0]:
+        return "opener"
+    return "suffix" if suffix not in SUFFIXES[0] else "combination"
+
+
+def eval_lines(seed, frac, phrasing_frac=0.2):
     """Held-out checks with what each must produce. Plain questions are unique (no repeated prompt)."""
-    sampler = Sampler("eval", seed, frac)
+    sampler = Sampler("eval", seed, frac, phrasing_frac)
     seen, out = set(), []
 
-    def add_unique(kind, task, request, expect, answer, max_tokens, item):
+    def add_unique(kind, task, request, expect, answer, max_tokens, item, phrasing):
         key = json.dumps(request, sort_keys=True)
         if key in seen:
             return False
         seen.add(key)
         request = dict(request, max_tokens=max_tokens)
         out.append({"id": f"{kind}-{len(out):03d}", "kind": kind, "task": task, "request": request,
-                    "answer": answer, "item": list(item), "expect": expect})
+                    "answer": answer, "item": list(item), "expect": expect, "phrasing": phrasing,
+                    "held_out_by": heldout_reason(phrasing)})
         return True
 
     for task, count in EVAL_ANSWER_MIX.items():
         done = 0
         while done < count:
-            text, answer, _, item = sampler.question(task)
+            text, answer, _, item, phrasing = sampler.question(task)
             request = {"messages": sampler.base_messages() + [{"role": "user", "content": text}]}
-            done += add_unique("answer", task, request, {"content": str(answer)}, answer, 16, item)
+            done += add_unique("answer", task, request, {"content": str(answer)}, answer, 16, item, phrasing)
     tasks = list(EVAL_ANSWER_MIX)
     for i in range(EVAL_OTHER["json"]):
         task = tasks[i % len(tasks)]
-        text, answer, _, item = sampler.question(task)
+        text, answer, _, item, phrasing = sampler.question(task)
         request = {"messages": [{"role": "user", "content": text}], "response_format": {"type": "json_object"}}
-        add_unique("json", task, request, {"content_json": {"answer": answer}}, answer, 24, item)
+        add_unique("json", task, request, {"content_json": {"answer": answer}}, answer, 24, item, phrasing)
     for i in range(EVAL_OTHER["thinking"]):
         task = tasks[i % len(tasks)]
-        request, reply, answer, item = sampler.thinking(task)
-        add_unique("thinking", task, request, {"content": str(answer), "reasoning_nonempty": True}, answer, 128, item)
+        request, reply, answer, item, phrasing = sampler.thinking(task)
+        add_unique("thinking", task, request, {"content": str(answer), "reasoning_nonempty": True}, answer, 128, item,
+                   phrasing)
     for i in range(EVAL_OTHER["tool"]):
         task = tasks[i % len(tasks)]
-        (req1, _, call, item), (req2, _, result, _) = sampler.tool_turns(task)
-        add_unique("tool_call", task, req1, {"tool_call": call}, call, 128, item)
-        add_unique("tool_result", task, req2, {"content": str(result)}, result, 16, item)
+        (req1, _, call, item, phrasing), (req2, _, result, _, _) = sampler.tool_turns(task)
+        add_unique("tool_call", task, req1, {"tool_call": call}, call, 128, item, phrasing)
+        add_unique("tool_result", task, req2, {"content": str(result)}, result, 16, item, phrasing)
     return out
 
 
@@ -470,15 +575,21 @@ def main():
     ap.add_argument("--train-lines", type=int, default=200000)
     ap.add_argument("--heldout-lines", type=int, default=2000)
     ap.add_argument("--heldout-frac", type=float, default=0.10, help="fraction of number pairs held out")
+    ap.add_argument("--phrasing-frac", type=float, default=0.20,
+                    help="fraction of combinations of training phrasing parts held out")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    train = generate_split(Sampler("train", args.seed, args.heldout_frac), args.train_lines)
-    heldout = generate_split(Sampler("heldout", args.seed, args.heldout_frac), args.heldout_lines)
-    evals = eval_lines(args.seed, args.heldout_frac)
+    train = generate_split(Sampler("train", args.seed, args.heldout_frac, args.phrasing_frac), args.train_lines)
+    heldout = generate_split(Sampler("heldout", args.seed, args.heldout_frac, args.phrasing_frac), args.heldout_lines)
+    evals = eval_lines(args.seed, args.heldout_frac, args.phrasing_frac)
     write_jsonl(os.path.join(args.out, "train.jsonl"), train)
     write_jsonl(os.path.join(args.out, "heldout.jsonl"), heldout)
     write_jsonl(os.path.join(args.out, "heldout_eval.jsonl"), evals)
-    summary = {"seed": args.seed, "heldout_frac": args.heldout_frac, "train": stats(train),
+    summary = {"seed": args.seed, "heldout_frac": args.heldout_frac, "phrasing_frac": args.phrasing_frac,
+               "eval_answers_held_out_by": dict(collections.Counter(
+                   l["held_out_by"] for l in evals if l["kind"] == "answer")),
+               "train_distinct_questions": len({q for l in train for q in [l["request"]["messages"][-1]["content"]]}),
+               "train": stats(train),
                "heldout": stats(heldout), "eval": stats(evals)}
     with open(os.path.join(args.out, "corpus_stats.json"), "w") as f:
         json.dump(summary, f, indent=2)

@@ -17,7 +17,7 @@
 # The whole run keeps within the device's 10-minute command limit: train.py shortens training if needed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-DEMO_START=$(date +%s)
+DEMO_START=${DEMO_START:-$(date +%s)}  # a caller may fix the start (deadlines count from it)
 export DEMO_START PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=true
 
 out=${1:?usage: run_on_gpu.sh OUTDIR [--pack DIR] [--smoke] [train.py options]}
@@ -55,9 +55,13 @@ step "environment"
 for f in .deps/reference/encoding_dsv4.py .deps/tokenizer-deepseek_v3/tokenizer.json tests/reference/chat_reference.py; do
   [ -f "$f" ] || { echo "missing $f (carry .deps/reference and .deps/tokenizer-deepseek_v3 to the device)"; exit 2; }
 done
+# The Python check (imports take seconds) and the tokenizer run beside the corpus; both are waited for below.
 python3 -c "import torch, transformers, tokenizers, safetensors; from transformers import DeepseekV4ForCausalLM; \
 print('python ok: torch', torch.__version__, 'transformers', transformers.__version__, 'tokenizers', tokenizers.__version__, \
-'cuda', torch.cuda.is_available())"
+'cuda', torch.cuda.is_available())" > "$out/python_check.txt" 2>&1 &
+python_check=$!
+python3 tools/demo_model/make_tokenizer.py --out "$out/model" > "$out/make_tokenizer.txt" 2>&1 &
+make_tok=$!
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
 
 step "corpus"
@@ -70,7 +74,10 @@ fi
 cat "$out/corpus/corpus_stats.json"
 
 step "tokenizer"
-python3 tools/demo_model/make_tokenizer.py --out "$out/model"
+wait $make_tok || { cat "$out/make_tokenizer.txt"; exit 2; }
+cat "$out/make_tokenizer.txt"
+wait $python_check || { cat "$out/python_check.txt"; exit 2; }
+cat "$out/python_check.txt"
 
 step "render self-test (reference encoder, request mapping, piece split, reference parser)"
 python3 tools/demo_model/render.py selftest --in "$out/corpus/heldout_eval.jsonl" > "$out/render_selftest.txt"

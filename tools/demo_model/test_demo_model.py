@@ -54,10 +54,10 @@ def question_of(line):
     return next(m["content"] for m in line["request"]["messages"] if m["role"] == "user")
 
 
-def template_regex(template):
+def template_regex(template, anchored=True):
     """A template as a regex over questions (placeholders match anything)."""
     parts = re.split(r"\{[A-Za-z]+\}", template)
-    return re.compile("^" + "(.+)".join(re.escape(p) for p in parts))
+    return re.compile(("^" if anchored else "") + "(.+)".join(re.escape(p) for p in parts))
 
 
 class CorpusTest(unittest.TestCase):
@@ -80,18 +80,28 @@ class CorpusTest(unittest.TestCase):
                     self.assertFalse(corpus.is_heldout_pair(*step, 0.1), (line, step))
 
     def test_phrasings_split(self):
-        for kind, (train_t, held_t) in corpus.TEMPLATES.items():
-            held = [template_regex(t) for t in held_t]
-            train = [template_regex(t) for t in train_t]
-            task = "unit" if kind == "convert" else kind
-            for line in CORPUS["train"]:
-                if line["task"] == task and line["mode"] != "tool_result":
-                    q = question_of(line)
-                    self.assertFalse(any(r.match(q) for r in held), q)
-            for line in CORPUS["eval"]:
-                if line["task"] == task and line["kind"] == "answer":
-                    q = question_of(line)
-                    self.assertFalse(any(r.match(q) for r in train), q)
+        """By the bookkeeping: training lines use training phrasings only, held-out and eval lines held-out ones.
+        By the text: no training question contains a held-out core, opener or suffix."""
+        for split, lines in CORPUS.items():
+            for line in lines:
+                self.assertEqual(corpus.is_heldout_phrasing(*line["phrasing"], 0.2), split != "train", line)
+        held_cores = [template_regex(c.lower(), anchored=False) for cores in corpus.CORES.values() for c, _ in cores[1]]
+        held_openers = [o.lower().strip() for o in corpus.OPENERS[1]]
+        held_suffixes = [s.lower().strip() for s in corpus.SUFFIXES[1]]
+        for line in CORPUS["train"]:
+            for m in line["request"]["messages"]:
+                if m["role"] != "user":
+                    continue
+                q = m["content"].lower()
+                self.assertFalse([r.pattern for r in held_cores if r.search(q)], q)
+                self.assertFalse([o for o in held_openers if q.startswith(o)], q)
+                self.assertFalse([s for s in held_suffixes if s in q], q)
+
+    def test_phrasing_variety(self):
+        train_q = {question_of(l) for l in CORPUS["train"] if l["mode"] == "plain"}
+        self.assertGreater(len(train_q), 0.9 * sum(l["mode"] == "plain" for l in CORPUS["train"]))
+        reasons = {l["held_out_by"] for l in CORPUS["eval"] if l["kind"] == "answer"}
+        self.assertEqual(reasons, {"core", "opener", "suffix", "combination"})
 
     def test_answers_are_right(self):
         for line in CORPUS["train"] + CORPUS["eval"]:

@@ -178,7 +178,43 @@ def collate(lines, device):
 # ----------------------------------------------------------------------------------------------------------
 
 
-def build_model(cfg_kwargs, args, device):
+NUMBER_PERIODS = (2, 5, 10, 20, 50, 100, 200, 500, 1000)
+
+
+def number_features(count=1000, periods=NUMBER_PERIODS):
+    """[count, 2 * len(periods)]: cos and sin of 2 pi n / p for every period p (the ones digit lives in periods
+    2, 5, 10; the tens in 20, 50, 100; the hundreds in 200, 500, 1000). a + b has the phases of a plus those of
+    b, so with these features the answer of an addition is a rotation of its operands' features."""
+    n = torch.arange(count, dtype=torch.float64)[:, None]
+    angle = 2 * math.pi * n / torch.tensor(periods, dtype=torch.float64)[None, :]
+    return torch.stack([angle.cos(), angle.sin()], dim=2).reshape(count, -1).float()
+
+
+@torch.no_grad()
+def init_number_embeddings(weight, number_ids, amplitude, seed):
+    """Give the number tokens 0-999 (one token each) embeddings with the structure of their value: the first
+    2 * len(NUMBER_PERIODS) dimensions hold amplitude * (Fourier features of n + 5% noise); the other dimensions
+    keep their random initialisation. Only the starting point: everything stays trainable."""
+    feats = number_features(len(number_ids))
+    gen = torch.Generator().manual_seed(seed)
+    feats = amplitude * (feats + 0.05 * torch.randn(feats.shape, generator=gen))
+    idx = torch.tensor(number_ids, dtype=torch.long, device=weight.device)
+    weight.data[idx, : feats.shape[1]] = feats.to(weight.device, weight.dtype)
+    return feats.shape[1]
+
+
+def number_token_ids(tokenizer):
+    """Ids of the tokens "0" ... "999" (each a single token of the DeepSeek vocabulary)."""
+    ids = [tokenizer.tok.token_to_id(str(n)) for n in range(1000)]
+    if any(i is None for i in ids) or len(set(ids)) != 1000:
+        raise RuntimeError("the tokenizer does not have the numbers 0-999 as single distinct tokens")
+    for n in (0, 7, 42, 999):  # and text encodes them as those tokens
+        if tokenizer.tok.encode(str(n), add_special_tokens=False).ids != [ids[n]]:
+            raise RuntimeError(f"{n} does not encode to its single token")
+    return ids
+
+
+def build_model(cfg_kwargs, args, device, number_ids=None):
     from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
 
     config = DeepseekV4Config(**cfg_kwargs)
@@ -199,6 +235,9 @@ def build_model(cfg_kwargs, args, device):
         model.model.embed_tokens = new
     model.lm_head.weight = model.model.embed_tokens.weight  # tied, whatever the transformers version did
     assert model.lm_head.weight is model.model.embed_tokens.weight
+    if number_ids is not None and args.number_embed_amp > 0:
+        dims = init_number_embeddings(model.model.embed_tokens.weight, number_ids, args.number_embed_amp, args.seed + 2)
+        log(f"number tokens 0-999: Fourier-feature embeddings in dims 0-{dims - 1}, amplitude {args.number_embed_amp}")
     return config, model.to(device)
 
 
@@ -444,15 +483,18 @@ def parse_args():
     ap.add_argument("--moe-inter", type=int, default=128)
     ap.add_argument("--experts", type=int, default=8)
     ap.add_argument("--embed-dtype", choices=["fp8", "bf16"], default="fp8")
+    ap.add_argument("--number-embed-amp", type=float, default=0.3,
+                    help="initialise the number tokens 0-999 with Fourier features of their value at this amplitude "
+                         "(0: plain random initialisation)")
     ap.add_argument("--max-mb", type=float, default=40.0, help="budget for the model folder (weights + tokenizer)")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.05)
-    ap.add_argument("--warmup-steps", type=int, default=150)
+    ap.add_argument("--warmup-steps", type=int, default=100)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--bias-update", type=float, default=1e-3, help="router bias step (aux-loss-free balancing)")
     ap.add_argument("--token-budget", type=int, default=49152, help="padded tokens per batch")
-    ap.add_argument("--max-batch", type=int, default=256)
+    ap.add_argument("--max-batch", type=int, default=512)
     ap.add_argument("--max-len", type=int, default=1024)
     ap.add_argument("--train-lines", type=int, default=0, help="use only the first N training lines (0: all)")
     ap.add_argument("--log-every", type=int, default=50)
@@ -509,7 +551,8 @@ def run(args, summary):
             f"{mc.parameter_count(cfg) / 1e6:.2f} M parameters; checkpoint ~{weights_mb:.1f} MB + tokenizer {tok_mb:.1f} MB")
         if weights_mb + tok_mb > args.max_mb:
             sys.exit(f"model folder would be {weights_mb + tok_mb:.1f} MB > --max-mb {args.max_mb}")
-        config, model = build_model(cfg, args, device)
+        number_ids = number_token_ids(tokenizer) if args.number_embed_amp > 0 else None
+        config, model = build_model(cfg, args, device, number_ids)
         summary.update(config=cfg, parameters=mc.parameter_count(cfg))
 
     with Phase("preflight"):
@@ -559,8 +602,16 @@ def run(args, summary):
                 t[0] += r["correct"]
                 t[1] += 1
         summary["answer_accuracy_by_task"] = {k: f"{c}/{n}" for k, (c, n) in by_task.items()}
+        reason, by_reason = {l["id"]: l.get("held_out_by", "?") for l in data["heldout_eval"]}, {}
+        for r in records:
+            if r["kind"] == "answer":
+                t = by_reason.setdefault(reason.get(r["id"], "?"), [0, 0])
+                t[0] += r["correct"]
+                t[1] += 1
+        summary["answer_accuracy_by_heldout_reason"] = {k: f"{c}/{n}" for k, (c, n) in by_reason.items()}
+        log(f"plain answers by what makes the phrasing unseen: {summary['answer_accuracy_by_heldout_reason']}")
         log(f"final greedy exact match: {counts}; plain answers by task: {summary['answer_accuracy_by_task']}")
-        for r in [r for r in records if not r["correct"]][:12]:
+        for r in [r for r in records if not r["correct"]][:40]:
             log(f"  wrong {r['id']} ({r['task']}): expected {r['expect']} got {r['text']!r}")
         del exact
         torch.cuda.empty_cache()
