@@ -11,5 +11,6 @@ int bench_command(const std::vector<std::string>& args);
 int tokenize_command(const std::vector<std::string>& args);
 int chat_template_command(const std::vector<std::string>& args);
 int serve_command(const std::vector<std::string>& args);
+int bench_serve_command(const std::vector<std::string>& args);  // `strata bench serve`
 
 }  // namespace strata::cli

@@ -16,6 +16,7 @@ usage: strata <command> [options]
 commands:
   generate   run a prompt through a model and print the generated token ids
   bench      measure prefill and decode tokens/s of a checkpoint; writes JSON
+             (bench serve: load-test an OpenAI-compatible server — TTFT, TPOT, ITL, throughput, goodput)
   model      inspect a checkpoint (model info) or write a random-weight one (model init)
   tokenize   encode text with a model directory's tokenizer; prints token ids as JSON
   chat-template  print the DeepSeek-V4 prompt (or its ids) for an OpenAI chat-completions request
@@ -38,6 +39,13 @@ int main(int argc, char** argv) {
   try {
     if (command == "generate") return strata::cli::generate_command(args);
     if (command == "model") return strata::cli::model_command(args);
+#ifdef STRATA_WITH_SERVER
+    if (command == "bench" && !args.empty() && args[0] == "serve")
+      return strata::cli::bench_serve_command(std::vector<std::string>(args.begin() + 1, args.end()));
+#else
+    if (command == "bench" && !args.empty() && args[0] == "serve")
+      strata::fail("this build has no HTTP client for bench serve: Boost.Beast (Debian libboost-dev) was missing");
+#endif
     if (command == "bench") return strata::cli::bench_command(args);
     if (command == "tokenize") return strata::cli::tokenize_command(args);
     if (command == "chat-template") return strata::cli::chat_template_command(args);
