@@ -102,6 +102,7 @@ options:
   --max-n N                  largest n accepted (default 16)
   --served-model-name NAME   the name a request's "model" must match, shown in results (default: basename of DIR)
   --progress-interval S      without a terminal on stderr: seconds between progress lines (default 5)
+  --summary FILE.json        also write the summary as JSON (throughput, engine steps, time outside the model)
 
 Progress goes to stderr (a bar on a terminal, plain lines otherwise), then a summary: requests, prompt and
 generated tokens, wall time, tokens/s. The exit code is 0 even when some lines failed (their records say why).
@@ -224,7 +225,7 @@ std::vector<std::string> read_lines(const std::string& path) {
 int offline_generate(const std::vector<std::string>& argv) {
   const Args args(argv,
                   {"model", "input", "output", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "state-memory",
-                   "max-n", "served-model-name", "progress-interval"},
+                   "max-n", "served-model-name", "progress-interval", "summary"},
                   {"help"});
   if (args.has("help")) {
     std::fputs(kOfflineHelp, stdout);
@@ -276,6 +277,11 @@ int offline_generate(const std::vector<std::string>& argv) {
   const OfflineSummary summary = run_offline_batch(model, tokenizer, settings, lines, out, &progress);
   if (!out) fail("option --output: error while writing '", output, "'");
   progress.finish(summary);
+  if (args.has("summary")) {
+    std::ofstream json_out(args.str("summary"));
+    json_out << summary_json(summary).dump(2) << "\n";
+    if (!json_out) fail("option --summary: cannot write '", args.str("summary"), "'");
+  }
   return 0;
 }
 #endif

@@ -67,20 +67,52 @@ void OfflineProgress::finish(const OfflineSummary& summary) {
 }
 
 std::string format_summary(const OfflineSummary& s) {
-  char buf[768];
+  const engine::EngineStats& e = s.engine;
+  const double outside = e.step_seconds - e.model_seconds;
+  char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "requests:          %lld (%lld succeeded, %lld failed)\n"
                 "prompt tokens:     %lld\n"
                 "generated tokens:  %lld\n"
                 "wall time:         %.3f s\n"
                 "throughput:        %.2f requests/s, %.1f generated tokens/s, %.1f total tokens/s\n"
-                "engine:            %lld steps, %lld preemptions\n",
+                "engine:            %lld steps, %.1f tokens/step, %lld preemptions; %.3f s in steps, %.3f s of it in the "
+                "model: %.2f%% (%.1f us/step) outside the model\n",
                 static_cast<long long>(s.requests), static_cast<long long>(s.succeeded),
                 static_cast<long long>(s.failed), static_cast<long long>(s.prompt_tokens),
                 static_cast<long long>(s.generated_tokens), s.wall_s, per_second(s.succeeded, s.wall_s),
                 per_second(s.generated_tokens, s.wall_s), per_second(s.prompt_tokens + s.generated_tokens, s.wall_s),
-                static_cast<long long>(s.engine.steps), static_cast<long long>(s.engine.preemptions));
+                static_cast<long long>(e.steps),
+                e.steps ? static_cast<double>(e.prompt_tokens + e.generated_tokens) / static_cast<double>(e.steps) : 0.0,
+                static_cast<long long>(e.preemptions), e.step_seconds, e.model_seconds,
+                e.step_seconds > 0 ? 100.0 * outside / e.step_seconds : 0.0,
+                e.steps ? 1e6 * outside / static_cast<double>(e.steps) : 0.0);
   return buf;
+}
+
+nlohmann::ordered_json summary_json(const OfflineSummary& s) {
+  const engine::EngineStats& e = s.engine;
+  nlohmann::ordered_json j;
+  j["requests"] = s.requests;
+  j["succeeded"] = s.succeeded;
+  j["failed"] = s.failed;
+  j["prompt_tokens"] = s.prompt_tokens;
+  j["generated_tokens"] = s.generated_tokens;
+  j["wall_s"] = s.wall_s;
+  j["requests_per_s"] = per_second(s.succeeded, s.wall_s);
+  j["generated_tokens_per_s"] = per_second(s.generated_tokens, s.wall_s);
+  j["total_tokens_per_s"] = per_second(s.prompt_tokens + s.generated_tokens, s.wall_s);
+  j["engine"] = {{"steps", e.steps},
+                 {"tokens_per_step", e.steps ? static_cast<double>(e.prompt_tokens + e.generated_tokens) /
+                                                   static_cast<double>(e.steps)
+                                             : 0.0},
+                 {"preemptions", e.preemptions},
+                 {"step_seconds", e.step_seconds},
+                 {"model_seconds", e.model_seconds},
+                 {"outside_model_fraction", e.step_seconds > 0 ? (e.step_seconds - e.model_seconds) / e.step_seconds : 0.0},
+                 {"outside_model_us_per_step",
+                  e.steps ? 1e6 * (e.step_seconds - e.model_seconds) / static_cast<double>(e.steps) : 0.0}};
+  return j;
 }
 
 }  // namespace strata::cli

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/offline_batch.h"
 
 namespace strata::cli {
@@ -33,7 +35,9 @@ class OfflineProgress {
   int64_t last_done_ = -1;
 };
 
-// The summary as printed: requests, tokens, wall time and throughput, engine steps.
+// The summary as printed: requests, tokens, wall time and throughput, engine steps and the engine's own time.
 std::string format_summary(const OfflineSummary& summary);
+// The same numbers as JSON (--summary FILE).
+nlohmann::ordered_json summary_json(const OfflineSummary& summary);
 
 }  // namespace strata::cli

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 
 #include "core/error.h"
@@ -80,6 +81,7 @@ void Engine::finish(Sequence& seq, FinishReason reason, std::vector<TokenEvent>&
 }
 
 std::vector<TokenEvent> Engine::step() {
+  const auto step_start = std::chrono::steady_clock::now();
   std::vector<TokenEvent> events = std::move(pending_events_);
   pending_events_.clear();
   StepPlan plan = scheduler_.plan_step();
@@ -95,7 +97,9 @@ std::vector<TokenEvent> Engine::step() {
     if (c.start < static_cast<int64_t>(c.seq->prompt.size()))
       totals_.prompt_tokens += std::min<int64_t>(c.count, static_cast<int64_t>(c.seq->prompt.size()) - c.start);
   }
+  const auto model_start = std::chrono::steady_clock::now();
   const std::vector<Mat> logits = model_.forward_batch(chunks);
+  totals_.model_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - model_start).count();
   scheduler_.commit(plan);
   ++totals_.steps;
 
@@ -119,6 +123,7 @@ std::vector<TokenEvent> Engine::step() {
     else if (static_cast<int64_t>(s.output.size()) >= s.params.max_tokens || s.num_tokens() >= cfg_.max_model_len)
       finish(s, FinishReason::Length, events, true);
   }
+  totals_.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
   return events;
 }
 

@@ -33,6 +33,9 @@ struct TokenEvent {
 struct EngineStats {
   int64_t running = 0, waiting = 0, used_slots = 0, used_pages = 0, total_pages = 0, preemptions = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
+  // Wall time in step() and, of it, in the model's forward_batch: the rest is the engine's own cost (planning,
+  // batch assembly, sampling, events).
+  double step_seconds = 0, model_seconds = 0;
 };
 
 class Engine {

@@ -135,6 +135,8 @@ TEST_F(OfflineBatch, GreedyResultsMatchSoloRunsInInputOrder) {
   EXPECT_EQ(summary.failed, 0);
   EXPECT_EQ(summary.generated_tokens, generated);
   EXPECT_GT(summary.engine.steps, 0);
+  EXPECT_GT(summary.engine.model_seconds, 0);
+  EXPECT_GE(summary.engine.step_seconds, summary.engine.model_seconds);
   EXPECT_EQ(summary.engine.running + summary.engine.waiting + summary.engine.used_slots, 0);
 }
 

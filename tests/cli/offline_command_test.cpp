@@ -72,7 +72,8 @@ TEST(OfflineCommand, WritesResultsProgressAndSummary) {
     in << R"({"custom_id": "bad", "prompt": [5], "temperature": -1})" << "\n";
   }
   const Outcome r = run({"generate", "--model", served_model_dir(), "--input", dir + "/requests.jsonl", "--output",
-                     dir + "/results.jsonl", "--max-num-seqs", "4", "--progress-interval", "0.001"});
+                     dir + "/results.jsonl", "--max-num-seqs", "4", "--progress-interval", "0.001", "--summary",
+                     dir + "/summary.json"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
   std::ifstream results(dir + "/results.jsonl");
@@ -90,6 +91,15 @@ TEST(OfflineCommand, WritesResultsProgressAndSummary) {
   EXPECT_NE(r.err.find("requests:          13 (12 succeeded, 1 failed)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("generated tokens:  114"), std::string::npos) << r.err;  // 4 + 5 + … + 15
   EXPECT_NE(r.err.find("generated tokens/s"), std::string::npos);
+  EXPECT_NE(r.err.find("outside the model"), std::string::npos);
+  std::ifstream summary_file(dir + "/summary.json");
+  const json summary = json::parse(summary_file);
+  EXPECT_EQ(summary["requests"], 13);
+  EXPECT_EQ(summary["failed"], 1);
+  EXPECT_EQ(summary["generated_tokens"], 114);
+  EXPECT_GT(summary["engine"]["steps"].get<int64_t>(), 0);
+  EXPECT_GE(summary["engine"]["step_seconds"].get<double>(), summary["engine"]["model_seconds"].get<double>());
+  EXPECT_GT(summary["engine"]["model_seconds"].get<double>(), 0);
 
   // "-" writes the records to stdout.
   const Outcome to_stdout = run({"generate", "--model", served_model_dir(), "--input", dir + "/requests.jsonl", "--output", "-"});
