@@ -21,13 +21,14 @@ namespace strata::cli {
 
 namespace {
 
-constexpr const char* kHelp = R"(strata bench — prefill and decode tokens/s of a checkpoint on the CPU backend.
+constexpr const char* kHelp = R"(strata bench — prefill and decode tokens/s of a checkpoint on the CPU or CUDA backend.
 
 Each repeat starts a fresh sequence, prefills --prompt-len tokens in one forward, then decodes --decode-tokens
 tokens greedily, one forward each. One warm-up repeat is not counted; reported numbers are medians.
 
 options:
   --model DIR          checkpoint directory
+  --device cpu|cuda    the backend (default cpu)
   --prompt-len N       prompt tokens (default 512)
   --decode-tokens N    decode steps after the prompt (default 32)
   --repeats N          timed repeats (default 3)
@@ -53,6 +54,13 @@ std::string utc_now() {
   return buf;
 }
 
+nlohmann::json device_description(model::v4::Device device) {
+  nlohmann::json d = {{"backend", model::v4::device_name(device)}, {"cpu", cpu_model_name()},
+                      {"threads", omp_get_max_threads()}};
+  if (device == model::v4::Device::Cuda) d["gpu"] = model::v4::cuda_device_name();
+  return d;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
@@ -61,7 +69,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int bench_command(const std::vector<std::string>& argv) {
-  const Args args(argv, {"model", "prompt-len", "decode-tokens", "repeats", "commit", "out"}, {"help"});
+  const Args args(argv, {"model", "device", "prompt-len", "decode-tokens", "repeats", "commit", "out"}, {"help"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -72,7 +80,8 @@ int bench_command(const std::vector<std::string>& argv) {
   if (prompt_len < 1) fail("option --prompt-len: expected ≥ 1, found ", prompt_len);
   if (decode < 0) fail("option --decode-tokens: expected ≥ 0, found ", decode);
   if (repeats < 1) fail("option --repeats: expected ≥ 1, found ", repeats);
-  const model::v4::Model m = model::v4::load_model(dir);
+  const model::v4::Device device = model::v4::parse_device(args.str("device", "cpu"));
+  const model::v4::Model m = model::v4::load_model(dir, device);
   const model::ModelConfig& c = m.config();
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
   for (int64_t i = 0; i < prompt_len; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 17) % c.vocab_size);
@@ -80,7 +89,7 @@ int bench_command(const std::vector<std::string>& argv) {
   using clock = std::chrono::steady_clock;
   std::vector<double> prefill_s, decode_s;
   for (int64_t r = 0; r <= repeats; ++r) {
-    model::v4::SequenceState st = m.new_sequence();
+    model::v4::SequenceState st = m.new_sequence(nullptr, prompt_len + decode);
     const auto t0 = clock::now();
     Mat logits = m.forward(prompt, st, false);
     const auto t1 = clock::now();
@@ -96,8 +105,8 @@ int bench_command(const std::vector<std::string>& argv) {
   }
   const double p = median(prefill_s), d = median(decode_s);
   nlohmann::json j = {
-      {"benchmark", "cpu_forward"},
-      {"device", {{"backend", "cpu"}, {"cpu", cpu_model_name()}, {"threads", omp_get_max_threads()}}},
+      {"benchmark", std::string(model::v4::device_name(device)) + "_forward"},
+      {"device", device_description(device)},
       {"date", utc_now()},
       {"commit", args.str("commit", "unknown")},
       {"config",

@@ -30,7 +30,7 @@ options:
   --model DIR                checkpoint directory (config.json + safetensors + tokenizer.json/tokenizer_config.json)
   --host ADDR                address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)
   --port N                   TCP port (default 8000; 0 picks a free one and prints it)
-  --device cpu               the backend (only cpu today; cuda is issue 4)
+  --device cpu|cuda          the backend (cuda: a build with the CUDA backend and an NVIDIA GPU)
   --api-key KEY              require 'Authorization: Bearer KEY' on /v1/* (/health and /metrics stay open)
   --served-model-name NAME   the model id clients send and see (default: the basename of --model)
   --max-model-len N          prompt + generated tokens per sequence (default: min(8192, the model's
@@ -92,10 +92,7 @@ int serve_command(const std::vector<std::string>& argv) {
     return 0;
   }
   const std::string dir = args.required("model");
-  const std::string device = args.str("device", "cpu");
-  if (device == "cuda")
-    fail("option --device: the CUDA backend is not built yet (issue 4); use --device cpu");
-  if (device != "cpu") fail("option --device: expected cpu, found '", device, "'");
+  const model::v4::Device device = model::v4::parse_device(args.str("device", "cpu"));
   const int64_t port = args.integer("port", 8000);
   if (port < 0 || port > 65535) fail("option --port: expected 0..65535, found ", port);
   const int64_t max_num_seqs = positive(args, "max-num-seqs", 64);
@@ -118,7 +115,7 @@ int serve_command(const std::vector<std::string>& argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   const text::Tokenizer tokenizer = text::Tokenizer::load(dir);
-  const model::v4::Model model = model::v4::load_model(dir);
+  const model::v4::Model model = model::v4::load_model(dir, device);
   const model::ModelConfig& mc = model.config();
   if (tokenizer.vocab_size() > mc.vocab_size)
     fail("--model ", dir, ": the tokenizer has ids up to ", tokenizer.vocab_size() - 1, " but the model's vocab_size is ",

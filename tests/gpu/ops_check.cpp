@@ -100,10 +100,13 @@ void check_attention(int64_t rows, int64_t heads, int64_t hd, int64_t pool, int6
           ref[static_cast<size_t>((r * heads + h) * hd + c)] += p[j] * keys[static_cast<size_t>(index[static_cast<size_t>(r * max_keys + j)] * hd + c)];
     }
   DeviceBuffer<float> dq(q), dk(keys), ds(sinks), dout(q.size());
-  DeviceBuffer<int32_t> di(index), dc(count);
+  std::vector<const float*> pointers(index.size());
+  for (size_t i = 0; i < index.size(); ++i) pointers[i] = dk.data() + static_cast<int64_t>(index[i]) * hd;
+  DeviceBuffer<const float*> dp(pointers);
+  DeviceBuffer<int32_t> dc(count);
   dout.fill_bytes(0xff);
-  strata::cuda::sparse_attention(dq.data(), dk.data(), di.data(), dc.data(), max_keys, ds.data(), dout.data(), rows,
-                                 heads, hd, scale, nullptr);
+  strata::cuda::sparse_attention(dq.data(), dp.data(), dc.data(), max_keys, ds.data(), dout.data(), rows, heads, hd,
+                                 scale, nullptr);
   report("sparse_attention", std::to_string(rows) + "q " + std::to_string(heads) + "h " + std::to_string(hd) + "d " +
                                  std::to_string(max_keys) + " keys",
          rel_error(dout.download(), ref), 1e-5);

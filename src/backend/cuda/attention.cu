@@ -10,22 +10,22 @@ namespace {
 
 constexpr int kThreads = 128;
 
-__global__ void sparse_attention_kernel(const float* q, const float* keys, const int32_t* key_index,
-                                        const int32_t* key_count, int64_t max_keys, const float* sinks, float* out,
-                                        int64_t heads, int64_t head_dim, float scale) {
+__global__ void sparse_attention_kernel(const float* q, const float* const* keys, const int32_t* key_count,
+                                        int64_t max_keys, const float* sinks, float* out, int64_t heads,
+                                        int64_t head_dim, float scale) {
   extern __shared__ float shared[];
   float* qs = shared;                 // [head_dim]
   float* logits = shared + head_dim;  // [max_keys]
   const int64_t row = blockIdx.x / heads, head = blockIdx.x % heads;
   const float* qh = q + (row * heads + head) * head_dim;
-  const int32_t* idx = key_index + row * max_keys;
+  const float* const* row_keys = keys + row * max_keys;
   const int n = key_count[row];
   for (int64_t c = threadIdx.x; c < head_dim; c += blockDim.x) qs[c] = qh[c];
   __syncthreads();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   for (int j = warp; j < n; j += warps) {
-    const float* k = keys + static_cast<int64_t>(idx[j]) * head_dim;
+    const float* k = row_keys[j];
     float acc = 0.0f;
     for (int64_t c = lane; c < head_dim; c += 32) acc += qs[c] * k[c];
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
@@ -50,23 +50,23 @@ __global__ void sparse_attention_kernel(const float* q, const float* keys, const
   float* o = out + (row * heads + head) * head_dim;
   for (int64_t c = threadIdx.x; c < head_dim; c += blockDim.x) {
     float acc = 0.0f;
-    for (int j = 0; j < n; ++j) acc += logits[j] * keys[static_cast<int64_t>(idx[j]) * head_dim + c];
+    for (int j = 0; j < n; ++j) acc += logits[j] * row_keys[j][c];
     o[c] = acc;
   }
 }
 
 }  // namespace
 
-void sparse_attention(const float* q, const float* keys, const int32_t* key_index, const int32_t* key_count,
-                      int64_t max_keys, const float* sinks, float* out, int64_t rows, int64_t heads, int64_t head_dim,
-                      float scale, cudaStream_t stream) {
+void sparse_attention(const float* q, const float* const* keys, const int32_t* key_count, int64_t max_keys,
+                      const float* sinks, float* out, int64_t rows, int64_t heads, int64_t head_dim, float scale,
+                      cudaStream_t stream) {
   if (rows == 0) return;
   const size_t shared = static_cast<size_t>(head_dim + max_keys) * sizeof(float);
   if (shared > 48 * 1024)
     STRATA_CUDA_CHECK(cudaFuncSetAttribute(sparse_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(shared)));
   sparse_attention_kernel<<<static_cast<unsigned>(rows * heads), kThreads, shared, stream>>>(
-      q, keys, key_index, key_count, max_keys, sinks, out, heads, head_dim, scale);
+      q, keys, key_count, max_keys, sinks, out, heads, head_dim, scale);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 

@@ -17,11 +17,12 @@ void rope_interleaved(float* x, int64_t rows, int64_t heads, int64_t head_stride
                       const float* cos, const float* sin, bool inverse, cudaStream_t stream);
 
 // Shared-KV attention with a per-head sink for `rows` queries of `heads` heads (dim `head_dim`): query r attends
-// to the key rows keys[key_index[r, j]] for j < key_count[r] (K = V), with
+// to the key vectors keys[r · max_keys + j] for j < key_count[r] (K = V; each a pointer to head_dim floats, so
+// window rows, ring slots and compressed entries need no copying), with
 //   p = softmax([q·k_j · scale, sink_h]) and out = Σ_j p_j · k_j  (the sink takes mass but adds no value).
-void sparse_attention(const float* q, const float* keys, const int32_t* key_index, const int32_t* key_count,
-                      int64_t max_keys, const float* sinks, float* out, int64_t rows, int64_t heads, int64_t head_dim,
-                      float scale, cudaStream_t stream);
+void sparse_attention(const float* q, const float* const* keys, const int32_t* key_count, int64_t max_keys,
+                      const float* sinks, float* out, int64_t rows, int64_t heads, int64_t head_dim, float scale,
+                      cudaStream_t stream);
 
 // y[m, n] = Σ_k x[m, k] · w[n, k] with bf16 operands and fp32 accumulation and output (cuBLASLt, TN layout).
 class Gemm {
@@ -31,7 +32,12 @@ class Gemm {
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
   void bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int64_t m, int64_t n, int64_t k,
-            cudaStream_t stream);
+            cudaStream_t stream) {
+    bf16_strided(x, k, w, k, y, n, m, n, k, stream);
+  }
+  // The same with row strides (elements) for x, w and y: column blocks of larger row-major matrices.
+  void bf16_strided(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t ldw, float* y, int64_t ldy,
+                    int64_t m, int64_t n, int64_t k, cudaStream_t stream);
 
  private:
   void* handle_ = nullptr;     // cublasLtHandle_t

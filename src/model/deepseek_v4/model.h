@@ -1,68 +1,86 @@
 #pragma once
-// The DeepSeek-V4 forward pass on the CPU reference backend. Each function below maps to a section of the paper:
-// mHC (§2.2), CSA/HCA attention with the Lightning Indexer (§2.3), hash and top-k MoE (§2.1).
+// A loaded DeepSeek-V4 model on one backend (CPU reference or CUDA): the forward pass of forward.h, state creation.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/deepseek_v4/forward.h"
 #include "model/deepseek_v4/rope.h"
 #include "model/deepseek_v4/state.h"
 #include "model/deepseek_v4/weights.h"
 
 namespace strata::model::v4 {
 
-// One sequence's part of a forward step: its next tokens (positions state->num_tokens onwards) and its state.
-struct SequenceChunk {
-  std::vector<int32_t> tokens;
-  SequenceState* state = nullptr;
-  bool all_logits = false;  // logits for every token, or only the last
+enum class Device { Cpu, Cuda };
+// "cpu" or "cuda"; anything else is an error naming the value. "cuda" in a build without CUDA is an error too.
+Device parse_device(const std::string& name);
+const char* device_name(Device d);
+bool cuda_available();  // this build has the CUDA backend
+std::string cuda_device_name();  // the GPU the CUDA backend uses ("" without one)
+
+// One backend's forward pass (forward.h instantiated for it) and the storage of its sequence state.
+class ForwardRunner {
+ public:
+  virtual ~ForwardRunner() = default;
+  virtual std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe) = 0;
+  // Backend-side fixed state (sliding windows, compressor buffers) of a fresh sequence.
+  virtual void init_state(SequenceState& state) = 0;
+  // Storage for `floats` floats of compressed entries on the backend's device (EntryPageArena pages).
+  virtual std::shared_ptr<float> allocate_entry_storage(int64_t floats) = 0;
 };
 
 class Model {
  public:
-  Model(ModelConfig config, ModelWeights weights);
+  Model(ModelConfig config, ModelWeights weights, Device device = Device::Cpu);
+  ~Model();
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
 
-  const ModelConfig& config() const { return cfg_; }
-  // A fresh state. Compressed entries go to `arena` (a StatePool's bounded one) or, when null, to a growable
-  // arena the state owns.
-  SequenceState new_sequence(EntryPageArena* arena = nullptr) const;
+  const ModelConfig& config() const { return parts_->cfg; }
+  Device device() const { return device_; }
+  // A fresh state. Compressed entries go to `arena` (a StatePool's bounded one, made by make_arena) or, when null,
+  // to an arena the state owns: growable on the CPU, sized for `max_tokens` (required) on a GPU.
+  SequenceState new_sequence(EntryPageArena* arena = nullptr, int64_t max_tokens = 0) const;
+  // A bounded arena whose pages live where this model's backend computes.
+  std::unique_ptr<EntryPageArena> make_arena(int64_t page_floats, int64_t max_pages) const;
+  // Floats of a sequence's fixed state: sliding windows and compressor buffers (entries are in pages).
+  int64_t fixed_state_floats() const;
+  // Compressed-entry pages a sequence of `tokens` tokens holds in total (from empty).
+  int64_t pages_for_tokens(int64_t tokens, int64_t page_floats = EntryPageArena::kDefaultPageFloats) const;
 
   // Runs `tokens` at positions state.num_tokens, state.num_tokens + 1, … and advances the state.
   // Returns logits [tokens.size(), vocab] when all_logits, else only the last token's [1, vocab].
   // `observe`, if given, sees the residual streams [tokens, hc·hidden] after every layer (for debugging parity).
   Mat forward(const std::vector<int32_t>& tokens, SequenceState& state, bool all_logits = true,
-              const std::function<void(int64_t layer, const Mat& streams)>& observe = {}) const;
+              const LayerObserver& observe = {}) const;
 
   // One step over several sequences: the projections and experts run once over all rows (weights are read once),
   // attention and compression per sequence. Every row's arithmetic is the same as in a solo forward, so results
   // are bit-identical however sequences are batched. Returns one logits Mat per chunk.
-  std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks,
-                                 const std::function<void(int64_t layer, const Mat& streams)>& observe = {}) const;
+  std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe = {}) const;
+
+  // What the forward runners share; heap-allocated so a moved Model keeps its address.
+  struct Parts {
+    ModelConfig cfg;
+    ModelWeights w;
+    RopeTable rope_main, rope_compress;
+  };
 
  private:
-  struct HcMix;  // pre/post/comb weights of one hyper-connection site for a batch of tokens
-  struct Rows;   // which rows of a step belong to which sequence, and their positions
-
-  HcMix hc_pre(const HyperConnectionWeights& w, const Mat& streams, Mat& collapsed) const;
-  void hc_post(const HcMix& mix, const Mat& block_out, Mat& streams) const;
-  Mat attention(int64_t layer, const Mat& x, const Rows& rows, std::vector<SequenceChunk>& chunks) const;
-  void compress(const CompressorWeights& w, const Mat& kv, const Mat& gate, int64_t first_row, int64_t n_rows,
-                CompressorState& st) const;
-  std::vector<std::vector<int32_t>> indexer_topk(const IndexerWeights& w, const Mat& x, const Mat& q_residual,
-                                                 const Rows& rows, std::vector<SequenceChunk>& chunks,
-                                                 int64_t layer) const;
-  Mat moe(const MoeWeights& w, const Mat& x, const std::vector<int32_t>& tokens) const;
-  Mat expert(const ExpertWeights& w, const Mat& x) const;
-
-  ModelConfig cfg_;
-  ModelWeights w_;
-  RopeTable rope_main_, rope_compress_;
+  std::unique_ptr<Parts> parts_;
+  Device device_ = Device::Cpu;
+  std::unique_ptr<ForwardRunner> runner_;
 };
 
-// Reads config.json and the safetensors of a checkpoint directory and checks every tensor.
-Model load_model(const std::string& dir);
+// Reads config.json and the safetensors of a checkpoint directory and checks every tensor; `device` picks the
+// backend (cuda uploads the weights to the GPU).
+Model load_model(const std::string& dir, Device device = Device::Cpu);
+
+// The CUDA runner (backend/cuda), defined only in builds with CUDA.
+std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts& parts);
 
 }  // namespace strata::model::v4

@@ -18,6 +18,15 @@ EntryPageArena::EntryPageArena(int64_t page_floats, std::optional<int64_t> max_p
   }
 }
 
+EntryPageArena::EntryPageArena(int64_t page_floats, int64_t max_pages, std::shared_ptr<float> storage)
+    : page_floats_(page_floats), max_pages_(max_pages), external_(std::move(storage)) {
+  if (page_floats < 1) fail("EntryPageArena: page size must be positive, got ", page_floats);
+  if (max_pages < 0) fail("EntryPageArena: page count must be ≥ 0, got ", max_pages);
+  if (!external_ && max_pages > 0) fail("EntryPageArena: no storage for ", max_pages, " pages");
+  created_ = max_pages;
+  for (int64_t p = max_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
+}
+
 std::optional<int32_t> EntryPageArena::allocate() {
   if (free_.empty()) {
     if (max_pages_) return std::nullopt;

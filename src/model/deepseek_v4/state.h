@@ -15,11 +15,16 @@ class EntryPageArena {
  public:
   static constexpr int64_t kDefaultPageFloats = 16384;  // 64 KiB: 32 entries of 512, 128 of 128
   explicit EntryPageArena(int64_t page_floats = kDefaultPageFloats, std::optional<int64_t> max_pages = std::nullopt);
+  // A bounded arena over storage someone else allocated (a GPU backend's device memory: the host never reads
+  // these pages, it only hands out their ids and addresses).
+  EntryPageArena(int64_t page_floats, int64_t max_pages, std::shared_ptr<float> storage);
 
   std::optional<int32_t> allocate();  // nullopt when a bounded arena is full
   void release(int32_t page);
-  float* page(int32_t id) { return storage_.data() + static_cast<size_t>(id) * static_cast<size_t>(page_floats_); }
-  const float* page(int32_t id) const { return storage_.data() + static_cast<size_t>(id) * static_cast<size_t>(page_floats_); }
+  float* page(int32_t id) { return base() + static_cast<size_t>(id) * static_cast<size_t>(page_floats_); }
+  const float* page(int32_t id) const { return base() + static_cast<size_t>(id) * static_cast<size_t>(page_floats_); }
+  float* base() { return external_ ? external_.get() : storage_.data(); }
+  const float* base() const { return external_ ? external_.get() : storage_.data(); }
   int64_t page_floats() const { return page_floats_; }
   int64_t free_pages() const;  // for a growable arena: pages allocated but unused
   int64_t used_pages() const { return used_; }
@@ -29,6 +34,7 @@ class EntryPageArena {
   int64_t page_floats_;
   std::optional<int64_t> max_pages_;
   std::vector<float> storage_;
+  std::shared_ptr<float> external_;
   std::vector<int32_t> free_;
   int64_t used_ = 0, created_ = 0;
 };
@@ -71,6 +77,9 @@ struct SequenceState {
   int64_t num_tokens = 0;  // positions consumed so far; the next token gets this position
   std::vector<LayerState> layers;
   std::unique_ptr<EntryPageArena> own_arena;  // set when the state was made without a shared arena
+  // A GPU backend's per-sequence fixed state (its sliding windows and compressor buffers live on the device; the
+  // host vectors above stay empty then, while counters and page lists are kept here on the host).
+  std::shared_ptr<void> device_state;
 
   // Every compressor of the sequence, for bookkeeping that treats them alike.
   template <typename Fn>

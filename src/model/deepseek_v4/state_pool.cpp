@@ -7,23 +7,16 @@
 namespace strata::model::v4 {
 
 StatePool::StatePool(const Model& model, StatePoolLimits limits)
-    : limits_(limits), arena_(limits.page_floats, limits.entry_pages) {
+    : limits_(limits) {
   if (limits.max_sequences < 1) fail("state pool: max_sequences must be ≥ 1, got ", limits.max_sequences);
+  arena_ = model.make_arena(limits.page_floats, limits.entry_pages);
   for (int64_t i = 0; i < limits.max_sequences; ++i)
-    slots_.push_back(std::make_unique<SequenceState>(model.new_sequence(&arena_)));
+    slots_.push_back(std::make_unique<SequenceState>(model.new_sequence(arena_.get())));
   for (auto it = slots_.rbegin(); it != slots_.rend(); ++it) free_.push_back(it->get());
 }
 
 int64_t StatePool::fixed_bytes_per_sequence(const Model& model) {
-  const SequenceState s = model.new_sequence();
-  int64_t floats = 0;
-  for (const LayerState& l : s.layers) {
-    floats += static_cast<int64_t>(l.swa.size());
-    for (const CompressorState* c : {&l.compressor, &l.indexer})
-      floats += static_cast<int64_t>(c->pending_kv.size() + c->pending_gate.size() + c->overlap_kv.size() +
-                                     c->overlap_gate.size());
-  }
-  return floats * static_cast<int64_t>(sizeof(float));
+  return model.fixed_state_floats() * static_cast<int64_t>(sizeof(float));
 }
 
 StatePoolLimits StatePool::limits_for_bytes(const Model& model, int64_t bytes, int64_t max_sequences) {

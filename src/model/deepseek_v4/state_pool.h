@@ -37,13 +37,13 @@ class StatePool {
 
   int64_t free_slots() const { return static_cast<int64_t>(free_.size()); }
   int64_t used_slots() const { return limits_.max_sequences - free_slots(); }
-  int64_t free_pages() const { return arena_.free_pages(); }
-  int64_t used_pages() const { return arena_.used_pages(); }
+  int64_t free_pages() const { return arena_->free_pages(); }
+  int64_t used_pages() const { return arena_->used_pages(); }
   const StatePoolLimits& limits() const { return limits_; }
 
  private:
   StatePoolLimits limits_;
-  EntryPageArena arena_;
+  std::unique_ptr<EntryPageArena> arena_;  // on the model's device
   std::vector<std::unique_ptr<SequenceState>> slots_;
   std::vector<SequenceState*> free_;
 };

@@ -1,0 +1,362 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "backend/cpu/ops.h"
+#include "core/error.h"
+
+namespace strata::cpu {
+
+using model::ModelConfig;
+using model::ScoringFunc;
+using namespace model::v4;
+
+void CpuBackend::begin_step(const Step&) { rope_rows_.clear(); }
+
+const std::vector<float>& CpuBackend::cos_sin(const RopeTable& table, const Step& step, bool want_sin) {
+  auto it = rope_rows_.find(&table);
+  if (it == rope_rows_.end()) {
+    const int64_t n = step.rows.rows(), half = table.half();
+    std::vector<float> c(static_cast<size_t>(n * half)), s(c.size());
+    for (int64_t r = 0; r < n; ++r) table.cos_sin(step.rows.position[r], c.data() + r * half, s.data() + r * half);
+    it = rope_rows_.emplace(&table, std::make_pair(std::move(c), std::move(s))).first;
+  }
+  return want_sin ? it->second.second : it->second.first;
+}
+
+Mat CpuBackend::embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies) const {
+  const int64_t n = static_cast<int64_t>(tokens.size()), d = table.cols;
+  Mat out(n, copies * d);
+  for (int64_t s = 0; s < n; ++s) {
+    table.row_f32(tokens[s], out.row(s));
+    for (int64_t h = 1; h < copies; ++h) std::copy(out.row(s), out.row(s) + d, out.row(s) + h * d);
+  }
+  return out;
+}
+
+Mat CpuBackend::linear(const Mat& x, const WeightRef& w) const { return cpu::linear(x, w); }
+
+Mat CpuBackend::grouped_linear(const Mat& x, const WeightRef& w, int64_t groups) const {
+  const int64_t n = x.rows, group_in = x.cols / groups, rank = w.rows / groups;
+  Mat grouped(n, groups * rank);
+  for (int64_t g = 0; g < groups; ++g) {
+    Mat xg(n, group_in);
+    for (int64_t s = 0; s < n; ++s) std::copy(x.row(s) + g * group_in, x.row(s) + (g + 1) * group_in, xg.row(s));
+    const Mat yg = cpu::linear(xg, w.row_slice(g * rank, rank));
+    for (int64_t s = 0; s < n; ++s) std::copy(yg.row(s), yg.row(s) + rank, grouped.row(s) + g * rank);
+  }
+  return grouped;
+}
+
+void CpuBackend::rms_norm_rows(Mat& x, const std::vector<float>* weight, double eps) const {
+  cpu::rms_norm_rows(x, weight ? weight->data() : nullptr, eps);
+}
+
+void CpuBackend::head_rms_norm(Mat& x, int64_t head_dim, double eps) const {
+  const int64_t heads = x.cols / head_dim;
+#pragma omp parallel for schedule(static)
+  for (int64_t s = 0; s < x.rows; ++s)
+    for (int64_t h = 0; h < heads; ++h) rms_norm(x.row(s) + h * head_dim, head_dim, nullptr, eps);
+}
+
+void CpuBackend::rope(Mat& x, int64_t head_dim, const RopeTable& table, const Step& step, bool inverse) {
+  const int64_t heads = x.cols / head_dim, half = table.half(), nope = head_dim - 2 * half;
+  const std::vector<float>& cos = cos_sin(table, step, false);
+  const std::vector<float>& sin = cos_sin(table, step, true);
+#pragma omp parallel for schedule(static)
+  for (int64_t s = 0; s < x.rows; ++s)
+    for (int64_t h = 0; h < heads; ++h)
+      rope_interleaved(x.row(s) + h * head_dim + nope, half, cos.data() + s * half, sin.data() + s * half, inverse);
+}
+
+CpuBackend::Mix CpuBackend::hc_pre(const HyperConnectionWeights& w, const Mat& streams, Mat& collapsed,
+                                   const ModelConfig& cfg) const {
+  const int64_t hc = cfg.hc_mult, d = cfg.hidden_size, n = streams.rows, mix_n = (2 + hc) * hc;
+  const float eps = static_cast<float>(cfg.hc_eps);
+  Mix m;
+  m.hc = hc;
+  m.post.resize(static_cast<size_t>(n * hc));
+  m.comb.resize(static_cast<size_t>(n * hc * hc));
+  collapsed = Mat(n, d);
+#pragma omp parallel for schedule(static)
+  for (int64_t s = 0; s < n; ++s) {
+    std::vector<float> flat(streams.row(s), streams.row(s) + hc * d);
+    rms_norm(flat.data(), hc * d, nullptr, cfg.rms_norm_eps);
+    std::vector<float> mix(static_cast<size_t>(mix_n));
+    for (int64_t i = 0; i < mix_n; ++i) mix[i] = dot(w.fn.data() + i * hc * d, flat.data(), hc * d);
+    std::vector<float> pre(static_cast<size_t>(hc));
+    for (int64_t h = 0; h < hc; ++h) {
+      pre[h] = sigmoid(mix[h] * w.scale[0] + w.base[h]) + eps;
+      m.post[s * hc + h] = 2.0f * sigmoid(mix[hc + h] * w.scale[1] + w.base[hc + h]);
+    }
+    float* comb = m.comb.data() + s * hc * hc;
+    for (int64_t i = 0; i < hc * hc; ++i) comb[i] = mix[2 * hc + i] * w.scale[2] + w.base[2 * hc + i];
+    for (int64_t i = 0; i < hc; ++i) {
+      softmax(comb + i * hc, hc);
+      for (int64_t j = 0; j < hc; ++j) comb[i * hc + j] += eps;
+    }
+    // Sinkhorn-Knopp onto doubly-stochastic matrices: columns first, then rows and columns alternately.
+    auto normalize_columns = [&] {
+      for (int64_t j = 0; j < hc; ++j) {
+        float sum = 0;
+        for (int64_t i = 0; i < hc; ++i) sum += comb[i * hc + j];
+        for (int64_t i = 0; i < hc; ++i) comb[i * hc + j] /= sum + eps;
+      }
+    };
+    auto normalize_rows = [&] {
+      for (int64_t i = 0; i < hc; ++i) {
+        float sum = 0;
+        for (int64_t j = 0; j < hc; ++j) sum += comb[i * hc + j];
+        for (int64_t j = 0; j < hc; ++j) comb[i * hc + j] /= sum + eps;
+      }
+    };
+    normalize_columns();
+    for (int64_t it = 0; it + 1 < cfg.hc_sinkhorn_iters; ++it) {
+      normalize_rows();
+      normalize_columns();
+    }
+    float* out = collapsed.row(s);
+    const float* x = streams.row(s);
+    for (int64_t k = 0; k < d; ++k) {
+      float acc = 0;
+      for (int64_t h = 0; h < hc; ++h) acc += pre[h] * x[h * d + k];
+      out[k] = acc;
+    }
+  }
+  return m;
+}
+
+void CpuBackend::hc_post(const Mix& m, const Mat& block_out, Mat& streams) const {
+  const int64_t hc = m.hc, d = block_out.cols;
+#pragma omp parallel for schedule(static)
+  for (int64_t s = 0; s < streams.rows; ++s) {
+    const std::vector<float> old(streams.row(s), streams.row(s) + hc * d);
+    const float* comb = m.comb.data() + s * hc * hc;
+    float* x = streams.row(s);
+    for (int64_t k = 0; k < hc; ++k) {
+      const float post = m.post[s * hc + k];
+      for (int64_t e = 0; e < d; ++e) {
+        float acc = 0;
+        for (int64_t j = 0; j < hc; ++j) acc += comb[j * hc + k] * old[j * d + e];
+        x[k * d + e] = post * block_out.at(s, e) + acc;
+      }
+    }
+  }
+}
+
+Mat CpuBackend::hyper_head(const ModelWeights& w, const Mat& streams, const std::vector<int64_t>& rows,
+                           const ModelConfig& cfg) const {
+  const int64_t hc = cfg.hc_mult, d = cfg.hidden_size;
+  Mat y(static_cast<int64_t>(rows.size()), d);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const int64_t s = rows[r];
+    std::vector<float> flat(streams.row(s), streams.row(s) + hc * d);
+    rms_norm(flat.data(), hc * d, nullptr, cfg.rms_norm_eps);
+    float* out = y.row(static_cast<int64_t>(r));
+    for (int64_t h = 0; h < hc; ++h) {
+      const float mixv = dot(w.hc_head_fn.data() + h * hc * d, flat.data(), hc * d);
+      const float pre = sigmoid(mixv * w.hc_head_scale[0] + w.hc_head_base[h]) + static_cast<float>(cfg.hc_eps);
+      for (int64_t c = 0; c < d; ++c) out[c] += pre * streams.at(s, h * d + c);
+    }
+  }
+  return y;
+}
+
+// Each channel's pooling weights are a softmax over the window's gate logits plus a learned position bias; CSA
+// windows also include the previous window's first-half projections (width 2·rate, stride rate).
+void CpuBackend::compress(const CompressorWeights& w, const Mat& kv, const Mat& gate, const Step& step, int64_t layer,
+                          CompressorSlot slot, const RopeTable& rope, double eps) const {
+  const int64_t rope_half = rope.half();
+  for (int64_t c = 0; c < step.rows.chunks(); ++c) {
+    LayerState& ls = step.layer_state(c, layer);
+    CompressorState& st = slot == CompressorSlot::Attention ? ls.compressor : ls.indexer;
+    const int64_t rate = st.rate, dim = st.dim, width = st.width;
+    const int64_t first_row = step.rows.first[c];
+    for (int64_t s = first_row; s < first_row + step.rows.count[c]; ++s) {
+      std::copy(kv.row(s), kv.row(s) + width, st.pending_kv.begin() + st.n_pending * width);
+      std::copy(gate.row(s), gate.row(s) + width, st.pending_gate.begin() + st.n_pending * width);
+      if (++st.n_pending < rate) continue;
+
+      std::vector<float> entry(static_cast<size_t>(dim));
+      std::vector<float> logits(static_cast<size_t>(2 * rate)), values(static_cast<size_t>(2 * rate));
+      const int64_t own = w.overlap ? dim : 0;  // offset of the slice that feeds this window's own entry
+      for (int64_t ch = 0; ch < dim; ++ch) {
+        int64_t n = 0;
+        if (w.overlap)
+          for (int64_t j = 0; j < rate; ++j, ++n) {
+            logits[n] = st.has_overlap ? st.overlap_gate[j * dim + ch] : -INFINITY;
+            values[n] = st.has_overlap ? st.overlap_kv[j * dim + ch] : 0.0f;
+          }
+        for (int64_t j = 0; j < rate; ++j, ++n) {
+          logits[n] = st.pending_gate[j * width + own + ch] + w.ape[j * width + own + ch];
+          values[n] = st.pending_kv[j * width + own + ch];
+        }
+        softmax(logits.data(), n);
+        float acc = 0;
+        for (int64_t j = 0; j < n; ++j) acc += values[j] * logits[j];
+        entry[ch] = acc;
+      }
+      if (w.overlap) {
+        for (int64_t j = 0; j < rate; ++j)
+          for (int64_t ch = 0; ch < dim; ++ch) {
+            st.overlap_kv[j * dim + ch] = st.pending_kv[j * width + ch];
+            st.overlap_gate[j * dim + ch] = st.pending_gate[j * width + ch] + w.ape[j * width + ch];
+          }
+        st.has_overlap = true;
+      }
+      rms_norm(entry.data(), dim, w.norm.data(), eps);
+      // The entry's RoPE position is its window's first token.
+      std::vector<float> cos(static_cast<size_t>(rope_half)), sin(static_cast<size_t>(rope_half));
+      rope.cos_sin(st.n_entries * rate, cos.data(), sin.data());
+      rope_interleaved(entry.data() + dim - 2 * rope_half, rope_half, cos.data(), sin.data(), false);
+      st.append_entry(entry.data());
+      st.n_pending = 0;
+    }
+  }
+}
+
+CpuBackend::Picks CpuBackend::indexer_topk(const Mat& q, const Mat& head_w, const Step& step, int64_t layer,
+                                           const ModelConfig& cfg) const {
+  const int64_t n_heads = cfg.index_n_heads, hd = cfg.index_head_dim;
+  const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float weights_scale = 1.0f / std::sqrt(static_cast<float>(n_heads));
+  Picks picks(static_cast<size_t>(q.rows));
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t s = 0; s < q.rows; ++s) {
+    const int64_t pos = step.rows.position[s];
+    const CompressorState& st = step.layer_state(step.rows.sequence[s], layer).indexer;
+    const int64_t visible = std::min((pos + 1) / st.rate, st.n_entries);
+    std::vector<float> score(static_cast<size_t>(visible), 0.0f);
+    for (int64_t t = 0; t < visible; ++t) {
+      float acc = 0;
+      for (int64_t h = 0; h < n_heads; ++h) {
+        const float qk = dot(q.row(s) + h * hd, st.entry(t), hd);
+        acc += (std::max(qk, 0.0f) * softmax_scale) * (head_w.at(s, h) * weights_scale);
+      }
+      score[t] = acc;
+    }
+    std::vector<int32_t> idx(static_cast<size_t>(visible));
+    std::iota(idx.begin(), idx.end(), 0);
+    const int64_t k = std::min<int64_t>(cfg.index_topk, visible);
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+      return score[a] > score[b] || (score[a] == score[b] && a < b);
+    });
+    idx.resize(static_cast<size_t>(k));
+    picks[s] = std::move(idx);
+  }
+  return picks;
+}
+
+Mat CpuBackend::sparse_attention(const Mat& q, const Mat& kv, const std::vector<float>& sinks, AttentionKeys keys_kind,
+                                 const Picks& picks, const Step& step, int64_t layer, const ModelConfig& cfg) const {
+  const int64_t n = q.rows, heads = cfg.num_attention_heads, hd = cfg.head_dim, window = cfg.sliding_window;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  Mat out(n, heads * hd);
+#pragma omp parallel for collapse(2) schedule(dynamic, 4)
+  for (int64_t s = 0; s < n; ++s) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t seq = step.rows.sequence[s];
+      const int64_t pos = step.rows.position[s], pos0 = step.rows.pos0[seq], first = step.rows.first[seq];
+      const LayerState& st = step.layer_state(seq, layer);
+      std::vector<const float*> keys;
+      for (int64_t j = std::max<int64_t>(0, pos - window + 1); j <= pos; ++j)
+        keys.push_back(j >= pos0 ? kv.row(first + j - pos0) : st.swa.data() + (j % window) * hd);
+      if (keys_kind == AttentionKeys::WindowAndPicked) {
+        for (int32_t e : picks[s]) keys.push_back(st.compressor.entry(e));
+      } else if (keys_kind == AttentionKeys::WindowAndAllEntries) {
+        const int64_t visible = std::min((pos + 1) / st.compressor.rate, st.compressor.n_entries);
+        for (int64_t e = 0; e < visible; ++e) keys.push_back(st.compressor.entry(e));
+      }
+      const float* qh = q.row(s) + h * hd;
+      std::vector<float> logits(keys.size() + 1);
+      for (size_t j = 0; j < keys.size(); ++j) logits[j] = dot(qh, keys[j], hd) * scale;
+      logits[keys.size()] = sinks[h];  // the sink takes probability mass but contributes no value
+      softmax(logits.data(), static_cast<int64_t>(logits.size()));
+      float* o = out.row(s) + h * hd;
+      for (size_t j = 0; j < keys.size(); ++j)
+        for (int64_t c = 0; c < hd; ++c) o[c] += logits[j] * keys[j][c];
+    }
+  }
+  return out;
+}
+
+void CpuBackend::update_window(const Mat& kv, const Step& step, int64_t layer, int64_t window) const {
+  const int64_t hd = kv.cols;
+  for (int64_t c = 0; c < step.rows.chunks(); ++c) {
+    const int64_t first = step.rows.first[c], count = step.rows.count[c];
+    std::vector<float>& swa = step.layer_state(c, layer).swa;
+    for (int64_t s = std::max<int64_t>(0, count - window); s < count; ++s)
+      std::copy(kv.row(first + s), kv.row(first + s) + hd, swa.begin() + ((step.rows.pos0[c] + s) % window) * hd);
+  }
+}
+
+Mat CpuBackend::expert(const ExpertWeights& w, const Mat& x, double limit_d) const {
+  Mat g = cpu::linear(x, w.w1);
+  const Mat u = cpu::linear(x, w.w3);
+  const float limit = static_cast<float>(limit_d);
+  for (size_t i = 0; i < g.v.size(); ++i) g.v[i] = silu(std::min(g.v[i], limit)) * std::clamp(u.v[i], -limit, limit);
+  return cpu::linear(g, w.w2);
+}
+
+CpuBackend::Routing CpuBackend::route(Mat scores, const MoeWeights& w, const std::vector<int32_t>& tokens,
+                                      const ModelConfig& cfg) const {
+  const int64_t n = scores.rows, n_experts = cfg.n_routed_experts, k = cfg.num_experts_per_tok;
+  for (int64_t s = 0; s < n; ++s) {
+    float* r = scores.row(s);
+    switch (cfg.scoring_func) {
+      case ScoringFunc::SqrtSoftplus:
+        for (int64_t e = 0; e < n_experts; ++e) r[e] = std::sqrt(softplus(r[e]));
+        break;
+      case ScoringFunc::Sigmoid:
+        for (int64_t e = 0; e < n_experts; ++e) r[e] = sigmoid(r[e]);
+        break;
+      case ScoringFunc::Softmax:
+        softmax(r, n_experts);
+        break;
+    }
+  }
+  Routing routed_to(static_cast<size_t>(n_experts));
+  for (int64_t s = 0; s < n; ++s) {
+    const float* r = scores.row(s);
+    std::vector<int32_t> chosen(static_cast<size_t>(k));
+    if (!w.tid2eid.empty()) {
+      for (int64_t j = 0; j < k; ++j) chosen[j] = w.tid2eid[static_cast<size_t>(tokens[s] * k + j)];
+    } else {
+      std::vector<int32_t> idx(static_cast<size_t>(n_experts));
+      std::iota(idx.begin(), idx.end(), 0);
+      auto biased = [&](int32_t e) { return r[e] + (w.gate_bias.empty() ? 0.0f : w.gate_bias[e]); };
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+        return biased(a) > biased(b) || (biased(a) == biased(b) && a < b);
+      });
+      std::copy(idx.begin(), idx.begin() + k, chosen.begin());
+    }
+    float sum = 0;
+    for (int32_t e : chosen) sum += r[e];
+    for (int32_t e : chosen)
+      routed_to[e].emplace_back(s, r[e] / (sum + 1e-20f) * static_cast<float>(cfg.routed_scaling_factor));
+  }
+  return routed_to;
+}
+
+Mat CpuBackend::experts(const Mat& x, const Routing& routing, const MoeWeights& w, const ModelConfig& cfg) const {
+  const int64_t n = x.rows, d = x.cols;
+  Mat out = w.shared ? expert(*w.shared, x, cfg.swiglu_limit) : Mat(n, d);
+  Mat routed(n, d);
+  for (size_t e = 0; e < routing.size(); ++e) {
+    const auto& rows = routing[e];
+    if (rows.empty()) continue;
+    Mat xe(static_cast<int64_t>(rows.size()), d);
+    for (size_t i = 0; i < rows.size(); ++i) std::copy(x.row(rows[i].first), x.row(rows[i].first) + d, xe.row(i));
+    const Mat ye = expert(w.experts[e], xe, cfg.swiglu_limit);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      float* dst = routed.row(rows[i].first);
+      for (int64_t c = 0; c < d; ++c) dst[c] += ye.at(i, c) * rows[i].second;
+    }
+  }
+  for (size_t i = 0; i < out.v.size(); ++i) out.v[i] = routed.v[i] + out.v[i];
+  return out;
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,80 @@
+#pragma once
+// The CPU backend of the V4 forward (model/deepseek_v4/forward.h): the readable fp32 reference every faster
+// backend is tested against. State lives in the host structures of model/deepseek_v4/state.h.
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/deepseek_v4/rope.h"
+#include "model/deepseek_v4/step.h"
+#include "model/deepseek_v4/weights.h"
+
+namespace strata::cpu {
+
+class CpuBackend {
+ public:
+  using Tensor = Mat;
+  struct Mix {
+    int64_t hc = 0;
+    std::vector<float> post;  // [rows, hc]      where each stream receives the block output (range [0, 2])
+    std::vector<float> comb;  // [rows, hc, hc]  doubly-stochastic stream mixer, comb[j][k]: stream j → k
+  };
+  using Picks = std::vector<std::vector<int32_t>>;                        // per row: entry indices
+  using Routing = std::vector<std::vector<std::pair<int64_t, float>>>;  // per expert: (row, weight)
+
+  void begin_step(const model::v4::Step& step);
+  void end_step(const model::v4::Step&) {}
+  Mat to_host(const Mat& x) const { return x; }
+
+  // Row r of the result holds `copies` copies of token r's embedding row.
+  Mat embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies) const;
+  Mat linear(const Mat& x, const WeightRef& w) const;
+  // y[:, g·rank + o] = x[:, g·in + …] · w[g·rank + o, :]ᵀ for each of `groups` column groups of x (in = cols/groups).
+  Mat grouped_linear(const Mat& x, const WeightRef& w, int64_t groups) const;
+  void rms_norm_rows(Mat& x, const std::vector<float>* weight, double eps) const;
+  // Unweighted RMSNorm of every head_dim-wide slice of every row.
+  void head_rms_norm(Mat& x, int64_t head_dim, double eps) const;
+  // Interleaved RoPE on the trailing 2·half channels of every head_dim-wide slice, at each row's position.
+  void rope(Mat& x, int64_t head_dim, const model::v4::RopeTable& table, const model::v4::Step& step, bool inverse);
+
+  // mHC (paper §2.2, eq. 8): pre/post/comb from the streams; `collapsed` ← Σ_h pre[h] · stream h.
+  Mix hc_pre(const model::v4::HyperConnectionWeights& w, const Mat& streams, Mat& collapsed,
+             const model::ModelConfig& cfg) const;
+  // streams[k] ← post[k] · block_out + Σ_j comb[j][k] · streams[j]
+  void hc_post(const Mix& mix, const Mat& block_out, Mat& streams) const;
+  // The HyperHead's collapse of the streams of the `rows` asked for.
+  Mat hyper_head(const model::v4::ModelWeights& w, const Mat& streams, const std::vector<int64_t>& rows,
+                 const model::ModelConfig& cfg) const;
+
+  // Gated pooling of every `rate` tokens into one entry of the chunk's compressor (paper §2.3.1 eqs. 9–12 with
+  // overlap, §2.3.2 eqs. 20–23), then RMSNorm and RoPE at the window's first position.
+  void compress(const model::v4::CompressorWeights& w, const Mat& kv, const Mat& gate, const model::v4::Step& step,
+                int64_t layer, model::v4::CompressorSlot slot, const model::v4::RopeTable& rope, double eps) const;
+  // score(t, s) = Σ_h w_{t,h} · ReLU(q_{t,h} · K_s); the top-k of the entries closed by each query's position.
+  Picks indexer_topk(const Mat& q, const Mat& head_weights, const model::v4::Step& step, int64_t layer,
+                     const model::ModelConfig& cfg) const;
+  // Shared-KV MQA with sinks: each query over its keys (window from the state and this step's kv rows, plus
+  // entries); returns [rows, heads·head_dim].
+  Mat sparse_attention(const Mat& q, const Mat& kv, const std::vector<float>& sinks, model::v4::AttentionKeys keys,
+                       const Picks& picks, const model::v4::Step& step, int64_t layer,
+                       const model::ModelConfig& cfg) const;
+  // The last `window` kv rows of each chunk into its sliding-window ring.
+  void update_window(const Mat& kv, const model::v4::Step& step, int64_t layer, int64_t window) const;
+
+  Routing route(Mat scores, const model::v4::MoeWeights& w, const std::vector<int32_t>& tokens,
+                const model::ModelConfig& cfg) const;
+  // Σ over routed experts of weight · expert(x), plus the shared expert.
+  Mat experts(const Mat& x, const Routing& routing, const model::v4::MoeWeights& w, const model::ModelConfig& cfg) const;
+
+ private:
+  // SwiGLU expert with V4's clamp: silu(min(gate, L)) · clamp(up, −L, L).
+  Mat expert(const model::v4::ExpertWeights& w, const Mat& x, double limit) const;
+  const std::vector<float>& cos_sin(const model::v4::RopeTable& table, const model::v4::Step& step, bool sin);
+
+  std::map<const model::v4::RopeTable*, std::pair<std::vector<float>, std::vector<float>>> rope_rows_;
+};
+
+}  // namespace strata::cpu

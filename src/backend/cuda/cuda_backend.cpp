@@ -1,0 +1,494 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace strata::cuda {
+
+using model::ModelConfig;
+using namespace model::v4;
+
+// --- Scratch ----------------------------------------------------------------------------------------------------
+
+Scratch::~Scratch() {
+  for (Block& b : blocks_) cudaFree(b.data);
+}
+
+void* Scratch::bytes(size_t n) {
+  n = (n + 255) / 256 * 256;  // keep every tensor 256-byte aligned (cuBLASLt, vector loads)
+  while (current_ < blocks_.size() && blocks_[current_].used + n > blocks_[current_].size) ++current_;
+  if (current_ == blocks_.size()) {
+    Block b;
+    b.size = std::max<size_t>(n, blocks_.empty() ? size_t{256} << 20 : blocks_.back().size * 2);
+    STRATA_CUDA_CHECK(cudaMalloc(&b.data, b.size));
+    blocks_.push_back(b);
+  }
+  Block& b = blocks_[current_];
+  void* p = b.data + b.used;
+  b.used += n;
+  return p;
+}
+
+void Scratch::reset() {
+  for (Block& b : blocks_) b.used = 0;
+  current_ = 0;
+}
+
+// --- Weights ----------------------------------------------------------------------------------------------------
+
+DeviceWeights::DeviceWeights(const ModelWeights& w, const std::vector<const std::vector<float>*>& extra) {
+  add(w.embed);
+  add(w.head);
+  for (const auto* v : {&w.norm, &w.hc_head_fn, &w.hc_head_base, &w.hc_head_scale}) add(*v);
+  auto add_compressor = [&](const CompressorWeights& c) {
+    add(c.wkv);
+    add(c.wgate);
+    add(c.ape);
+    add(c.norm);
+  };
+  auto add_expert = [&](const ExpertWeights& e) {
+    add(e.w1);
+    add(e.w2);
+    add(e.w3);
+  };
+  for (const LayerWeights& l : w.layers) {
+    for (const HyperConnectionWeights* h : {&l.hc_attn, &l.hc_ffn})
+      for (const auto* v : {&h->fn, &h->base, &h->scale}) add(*v);
+    add(l.attn_norm);
+    add(l.ffn_norm);
+    const AttentionWeights& a = l.attn;
+    for (const WeightRef* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b}) add(*m);
+    for (const auto* v : {&a.q_norm, &a.kv_norm, &a.attn_sink}) add(*v);
+    if (a.compressor) add_compressor(*a.compressor);
+    if (a.indexer) {
+      add(a.indexer->wq_b);
+      add(a.indexer->weights_proj);
+      add_compressor(a.indexer->compressor);
+    }
+    add(l.ffn.gate);
+    add(l.ffn.gate_bias);
+    for (const ExpertWeights& e : l.ffn.experts) add_expert(e);
+    if (l.ffn.shared) add_expert(*l.ffn.shared);
+    if (!l.ffn.tid2eid.empty() && !ints_.count(l.ffn.tid2eid.data())) {
+      int32_t* d = nullptr;
+      const size_t bytes = l.ffn.tid2eid.size() * sizeof(int32_t);
+      STRATA_CUDA_CHECK(cudaMalloc(&d, bytes));
+      STRATA_CUDA_CHECK(cudaMemcpy(d, l.ffn.tid2eid.data(), bytes, cudaMemcpyHostToDevice));
+      allocations_.push_back(d);
+      ints_[l.ffn.tid2eid.data()] = d;
+      bytes_ += static_cast<int64_t>(bytes);
+    }
+  }
+  for (const std::vector<float>* v : extra) add(*v);
+}
+
+DeviceWeights::~DeviceWeights() {
+  for (void* p : allocations_) cudaFree(p);
+}
+
+void DeviceWeights::add(const WeightRef& w) {
+  if (!w.data || matrices_.count(w.data)) return;  // absent, or tied (the head shares the embedding)
+  std::vector<uint16_t> host(static_cast<size_t>(w.rows * w.cols));
+#pragma omp parallel
+  {
+    std::vector<float> row(static_cast<size_t>(w.cols));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < w.rows; ++r) {
+      w.row_f32(r, row.data());
+      for (int64_t c = 0; c < w.cols; ++c) host[static_cast<size_t>(r * w.cols + c)] = f32_to_bf16(row[c]);
+    }
+  }
+  void* d = nullptr;
+  const size_t bytes = host.size() * sizeof(uint16_t);
+  STRATA_CUDA_CHECK(cudaMalloc(&d, std::max<size_t>(bytes, 1)));
+  STRATA_CUDA_CHECK(cudaMemcpy(d, host.data(), bytes, cudaMemcpyHostToDevice));
+  allocations_.push_back(d);
+  bytes_ += static_cast<int64_t>(bytes);
+  matrices_[w.data] = {static_cast<const __nv_bfloat16*>(d), w.rows, w.cols};
+}
+
+void DeviceWeights::add(const std::vector<float>& v) {
+  if (v.empty() || vectors_.count(v.data())) return;
+  void* d = nullptr;
+  const size_t bytes = v.size() * sizeof(float);
+  STRATA_CUDA_CHECK(cudaMalloc(&d, bytes));
+  STRATA_CUDA_CHECK(cudaMemcpy(d, v.data(), bytes, cudaMemcpyHostToDevice));
+  allocations_.push_back(d);
+  bytes_ += static_cast<int64_t>(bytes);
+  vectors_[v.data()] = static_cast<const float*>(d);
+}
+
+const DeviceMatrix& DeviceWeights::matrix(const WeightRef& w) const {
+  const auto it = matrices_.find(w.data);
+  if (it == matrices_.end() || it->second.rows != w.rows) fail("CUDA backend: a weight matrix was not uploaded");
+  return it->second;
+}
+
+const float* DeviceWeights::vec(const std::vector<float>& v) const {
+  if (v.empty()) return nullptr;
+  const auto it = vectors_.find(v.data());
+  if (it == vectors_.end()) fail("CUDA backend: a weight vector was not uploaded");
+  return it->second;
+}
+
+const int32_t* DeviceWeights::ints(const std::vector<int32_t>& v) const {
+  if (v.empty()) return nullptr;
+  const auto it = ints_.find(v.data());
+  if (it == ints_.end()) fail("CUDA backend: an integer table was not uploaded");
+  return it->second;
+}
+
+// --- Backend ----------------------------------------------------------------------------------------------------
+
+CudaBackend::CudaBackend(const DeviceWeights& weights, Gemm& gemm, Scratch& scratch,
+                         const std::vector<LayerOffsets>& layout, const ModelConfig& cfg, cudaStream_t stream)
+    : weights_(weights), gemm_(gemm), scratch_(scratch), layout_(layout), cfg_(cfg), stream_(stream) {}
+
+template <typename T>
+T* CudaBackend::upload(const std::vector<T>& host) {
+  T* d = scratch_.alloc<T>(std::max<int64_t>(1, static_cast<int64_t>(host.size())));
+  if (!host.empty())
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream_));
+  return d;
+}
+
+static CompressorState& compressor_of(LayerState& ls, CompressorSlot slot) {
+  return slot == CompressorSlot::Attention ? ls.compressor : ls.indexer;
+}
+
+void CudaBackend::begin_step(const Step& step) {
+  scratch_.reset();
+  rope_rows_.clear();
+  work_.clear();
+  closed_max_.clear();
+  const StepRows& r = step.rows;
+  const int64_t n = r.rows(), chunks = r.chunks();
+  auto ints = [](const std::vector<int64_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); };
+  rows_.position = upload(ints(r.position));
+  rows_.chunk = upload(ints(r.sequence));
+  rows_.first = upload(ints(r.first));
+  rows_.pos0 = upload(ints(r.pos0));
+  rows_.count = upload(ints(r.count));
+  rows_.rows = n;
+  rows_.chunks = chunks;
+  tokens_ = upload(r.tokens);
+
+  std::vector<float*> bases(static_cast<size_t>(chunks));
+  for (int64_t c = 0; c < chunks; ++c) {
+    const SequenceState& s = *(*step.chunks)[static_cast<size_t>(c)].state;
+    if (!s.device_state) fail("CUDA forward: sequence ", c, " has no device state (made by another backend?)");
+    bases[static_cast<size_t>(c)] = static_cast<float*>(s.device_state.get());
+  }
+  state_ = upload(bases);
+
+  // Entry pages: every compressor gets the pages its new entries need now (a pool reserved them before the step),
+  // and its page list goes to the device.
+  tables_.assign(static_cast<size_t>(cfg_.num_hidden_layers * 2), EntryTable{});
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
+    for (CompressorSlot slot : {CompressorSlot::Attention, CompressorSlot::Indexer}) {
+      const CompressorState& first = compressor_of(step.layer_state(0, l), slot);
+      if (!first.rate) continue;
+      int64_t max_pages = 1;
+      for (int64_t c = 0; c < chunks; ++c) {
+        CompressorState& st = compressor_of(step.layer_state(c, l), slot);
+        if (st.arena != first.arena)
+          fail("CUDA forward: the sequences of one batch must share one entry arena (a StatePool's)");
+        const int64_t closed = (r.pos0[c] + r.count[c]) / st.rate;
+        if (!st.ensure_room(closed))
+          fail("compressed-entry pages exhausted: the scheduler must reserve pages before running a step");
+        max_pages = std::max<int64_t>(max_pages, static_cast<int64_t>(st.pages.size()));
+      }
+      std::vector<int32_t> pages(static_cast<size_t>(chunks * max_pages), 0);
+      for (int64_t c = 0; c < chunks; ++c) {
+        const CompressorState& st = compressor_of(step.layer_state(c, l), slot);
+        std::copy(st.pages.begin(), st.pages.end(), pages.begin() + c * max_pages);
+      }
+      EntryTable& t = tables_[static_cast<size_t>(l * 2 + (slot == CompressorSlot::Indexer))];
+      t.arena = first.arena->base();
+      t.pages = upload(pages);
+      t.max_pages = max_pages;
+      t.page_floats = first.arena->page_floats();
+      t.per_page = first.entries_per_page();
+      t.dim = first.dim;
+      if (!work_.count(first.rate)) {
+        std::vector<int32_t> work;
+        int64_t most = 0;
+        for (int64_t c = 0; c < chunks; ++c) {
+          const int64_t e0 = r.pos0[c] / first.rate, e1 = (r.pos0[c] + r.count[c]) / first.rate;
+          for (int64_t w = e0; w < e1; ++w) work.insert(work.end(), {static_cast<int32_t>(c), static_cast<int32_t>(w)});
+          most = std::max(most, e1);
+        }
+        work_[first.rate] = {upload(work), static_cast<int64_t>(work.size() / 2)};
+        closed_max_[first.rate] = most;
+      }
+    }
+}
+
+void CudaBackend::end_step(const Step& step) {
+  // The host's counters follow the device: entries closed and tokens pending after this step.
+  for (int64_t c = 0; c < step.rows.chunks(); ++c) {
+    const int64_t end = step.rows.pos0[c] + step.rows.count[c];
+    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
+      for (CompressorSlot slot : {CompressorSlot::Attention, CompressorSlot::Indexer}) {
+        CompressorState& st = compressor_of(step.layer_state(c, l), slot);
+        if (!st.rate) continue;
+        st.n_entries = end / st.rate;
+        st.n_pending = end % st.rate;
+        st.has_overlap = st.n_entries > 0;
+      }
+  }
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+Mat CudaBackend::to_host(const Tensor& x) const {
+  Mat m(x.rows, x.cols);
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(m.v.data(), x.data, m.v.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return m;
+}
+
+const EntryTable& CudaBackend::entry_table(int64_t layer, CompressorSlot slot) const {
+  return tables_[static_cast<size_t>(layer * 2 + (slot == CompressorSlot::Indexer))];
+}
+
+CudaBackend::Tensor CudaBackend::embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies) {
+  const DeviceMatrix& t = weights_.matrix(table);
+  Tensor out = tensor(static_cast<int64_t>(tokens.size()), copies * t.cols);
+  cuda::embed(t.data, tokens_, out.data, out.rows, t.cols, copies, stream_);
+  return out;
+}
+
+void CudaBackend::gemm(const __nv_bfloat16* x, int64_t m, const DeviceMatrix& w, float* y) {
+  gemm_.bf16(x, w.data, y, m, w.rows, w.cols, stream_);
+}
+
+CudaBackend::Tensor CudaBackend::linear(const Tensor& x, const WeightRef& w) {
+  const DeviceMatrix& d = weights_.matrix(w);
+  if (d.cols != x.cols) fail("CUDA linear: input width ", x.cols, " against a weight of ", d.rows, "x", d.cols);
+  auto* xb = scratch_.alloc<__nv_bfloat16>(x.rows * x.cols);
+  to_bf16(x.data, xb, x.rows * x.cols, stream_);
+  Tensor y = tensor(x.rows, d.rows);
+  gemm(xb, x.rows, d, y.data);
+  return y;
+}
+
+CudaBackend::Tensor CudaBackend::grouped_linear(const Tensor& x, const WeightRef& w, int64_t groups) {
+  const DeviceMatrix& d = weights_.matrix(w);
+  const int64_t group_in = x.cols / groups, rank = d.rows / groups;
+  if (d.cols != group_in) fail("CUDA grouped linear: group width ", group_in, " against a weight of ", d.rows, "x", d.cols);
+  auto* xb = scratch_.alloc<__nv_bfloat16>(x.rows * x.cols);
+  to_bf16(x.data, xb, x.rows * x.cols, stream_);
+  Tensor y = tensor(x.rows, groups * rank);
+  for (int64_t g = 0; g < groups; ++g)
+    gemm_.bf16_strided(xb + g * group_in, x.cols, d.data + g * rank * group_in, group_in, y.data + g * rank, y.cols,
+                       x.rows, rank, group_in, stream_);
+  return y;
+}
+
+void CudaBackend::rms_norm_rows(Tensor& x, const std::vector<float>* weight, double eps) {
+  cuda::rms_norm(x.data, weight ? weights_.vec(*weight) : nullptr, x.data, x.rows, x.cols, static_cast<float>(eps),
+                 stream_);
+}
+
+void CudaBackend::head_rms_norm(Tensor& x, int64_t head_dim, double eps) {
+  cuda::rms_norm(x.data, nullptr, x.data, x.rows * (x.cols / head_dim), head_dim, static_cast<float>(eps), stream_);
+}
+
+void CudaBackend::rope(Tensor& x, int64_t head_dim, const RopeTable& table, const Step& step, bool inverse) {
+  auto it = rope_rows_.find(&table);
+  if (it == rope_rows_.end()) {
+    const int64_t n = step.rows.rows(), half = table.half();
+    std::vector<float> c(static_cast<size_t>(n * half)), s(c.size());
+    for (int64_t r = 0; r < n; ++r) table.cos_sin(step.rows.position[r], c.data() + r * half, s.data() + r * half);
+    it = rope_rows_.emplace(&table, std::make_pair(upload(c), upload(s))).first;
+  }
+  const int64_t half = table.half();
+  rope_interleaved(x.data, x.rows, x.cols / head_dim, head_dim, head_dim - 2 * half, half, it->second.first,
+                   it->second.second, inverse, stream_);
+}
+
+CudaBackend::Mix CudaBackend::hc_pre(const HyperConnectionWeights& w, const Tensor& streams, Tensor& collapsed,
+                                     const ModelConfig& cfg) {
+  const int64_t hc = cfg.hc_mult, d = cfg.hidden_size;
+  collapsed = tensor(streams.rows, d);
+  Mix m{scratch_.alloc<float>(streams.rows * (hc + hc * hc)), hc};
+  cuda::hc_pre(streams.data, weights_.vec(w.fn), weights_.vec(w.base), weights_.vec(w.scale), collapsed.data, m.data,
+               streams.rows, hc, d, static_cast<float>(cfg.rms_norm_eps), static_cast<float>(cfg.hc_eps),
+               cfg.hc_sinkhorn_iters, stream_);
+  return m;
+}
+
+void CudaBackend::hc_post(const Mix& mix, const Tensor& block_out, Tensor& streams) {
+  cuda::hc_post(mix.data, block_out.data, streams.data, streams.rows, mix.hc, block_out.cols, stream_);
+}
+
+CudaBackend::Tensor CudaBackend::hyper_head(const ModelWeights& w, const Tensor& streams,
+                                            const std::vector<int64_t>& rows, const ModelConfig& cfg) {
+  const int64_t d = cfg.hidden_size;
+  Tensor y = tensor(static_cast<int64_t>(rows.size()), d);
+  const int32_t* index = upload(std::vector<int32_t>(rows.begin(), rows.end()));
+  cuda::hyper_head(streams.data, index, weights_.vec(w.hc_head_fn), weights_.vec(w.hc_head_base),
+                   weights_.vec(w.hc_head_scale), y.data, y.rows, cfg.hc_mult, d,
+                   static_cast<float>(cfg.rms_norm_eps), static_cast<float>(cfg.hc_eps), stream_);
+  return y;
+}
+
+void CudaBackend::compress(const CompressorWeights& w, const Tensor& kv, const Tensor& gate, const Step&,
+                           int64_t layer, CompressorSlot slot, const RopeTable& rope, double eps) {
+  const CompressorOffsets& o =
+      slot == CompressorSlot::Attention ? layout_[static_cast<size_t>(layer)].compressor : layout_[static_cast<size_t>(layer)].indexer;
+  CompressorStep c;
+  c.kv = kv.data;
+  c.gate = gate.data;
+  c.ape = weights_.vec(w.ape);
+  c.norm = weights_.vec(w.norm);
+  c.state = state_;
+  c.pending_kv = o.pending_kv;
+  c.pending_gate = o.pending_gate;
+  c.overlap_kv = o.overlap_kv;
+  c.overlap_gate = o.overlap_gate;
+  c.rate = w.rate;
+  c.width = w.overlap ? 2 * w.dim : w.dim;
+  c.dim = w.dim;
+  c.overlap = w.overlap;
+  c.inv_freq = weights_.vec(rope.inv_freq);
+  c.rope_half = rope.half();
+  c.rope_scaling = rope.attention_scaling;
+  c.eps = static_cast<float>(eps);
+  c.entries = entry_table(layer, slot);
+  c.entries_out = const_cast<float*>(c.entries.arena);
+  const auto& [work, n_work] = work_.at(w.rate);
+  cuda::compress(c, rows_, work, n_work, stream_);
+}
+
+CudaBackend::Picks CudaBackend::indexer_topk(const Tensor& q, const Tensor& head_w, const Step&, int64_t layer,
+                                             const ModelConfig& cfg) {
+  const EntryTable& t = entry_table(layer, CompressorSlot::Indexer);
+  const int64_t rate = cfg.csa_compress_rate;
+  const int64_t max_visible = closed_max_.at(rate);
+  Picks p{scratch_.alloc<int32_t>(q.rows * cfg.index_topk), scratch_.alloc<int32_t>(q.rows), cfg.index_topk};
+  float* scores = scratch_.alloc<float>(std::max<int64_t>(1, q.rows * max_visible));
+  cuda::indexer_topk(q.data, head_w.data, t, rows_, rate, cfg.index_n_heads, cfg.index_head_dim, cfg.index_topk,
+                     max_visible, scores, p.index, p.count, stream_);
+  return p;
+}
+
+CudaBackend::Tensor CudaBackend::sparse_attention(const Tensor& q, const Tensor& kv, const std::vector<float>& sinks,
+                                                  AttentionKeys keys_kind, const Picks& picks, const Step&,
+                                                  int64_t layer, const ModelConfig& cfg) {
+  const int64_t n = q.rows, heads = cfg.num_attention_heads, hd = cfg.head_dim, window = cfg.sliding_window;
+  KeyEntries mode = KeyEntries::None;
+  int64_t rate = 1, extra = 0;
+  if (keys_kind == AttentionKeys::WindowAndPicked) {
+    mode = KeyEntries::Picked;
+    rate = cfg.csa_compress_rate;
+    extra = picks.topk;
+  } else if (keys_kind == AttentionKeys::WindowAndAllEntries) {
+    mode = KeyEntries::All;
+    rate = cfg.hca_compress_rate;
+    extra = closed_max_.at(rate);
+  }
+  const int64_t max_keys = window + extra;
+  const float** keys = scratch_.alloc<const float*>(n * max_keys);
+  int32_t* key_count = scratch_.alloc<int32_t>(n);
+  attention_keys(kv.data, state_, layout_[static_cast<size_t>(layer)].swa, window, hd, mode,
+                 entry_table(layer, CompressorSlot::Attention), rate, picks.index, picks.count, picks.topk, rows_,
+                 max_keys, keys, key_count, stream_);
+  Tensor out = tensor(n, heads * hd);
+  cuda::sparse_attention(q.data, keys, key_count, max_keys, weights_.vec(sinks), out.data, n, heads, hd,
+                         1.0f / std::sqrt(static_cast<float>(hd)), stream_);
+  return out;
+}
+
+void CudaBackend::update_window(const Tensor& kv, const Step&, int64_t layer, int64_t window) {
+  cuda::update_window(kv.data, state_, layout_[static_cast<size_t>(layer)].swa, window, kv.cols, rows_, stream_);
+}
+
+CudaBackend::Routing CudaBackend::route(const Tensor& logits, const MoeWeights& w, const std::vector<int32_t>&,
+                                        const ModelConfig& cfg) {
+  const int64_t n = logits.rows, k = cfg.num_experts_per_tok;
+  Routing r{scratch_.alloc<int32_t>(n * k), scratch_.alloc<float>(n * k), n, k};
+  float* scores = scratch_.alloc<float>(n * logits.cols);
+  const int scoring = cfg.scoring_func == model::ScoringFunc::SqrtSoftplus ? 0
+                      : cfg.scoring_func == model::ScoringFunc::Sigmoid    ? 1
+                                                                           : 2;
+  cuda::route(logits.data, weights_.vec(w.gate_bias), weights_.ints(w.tid2eid), tokens_, n, logits.cols, k, scoring,
+              static_cast<float>(cfg.routed_scaling_factor), scores, r.ids, r.weights, stream_);
+  return r;
+}
+
+void CudaBackend::swiglu_expert(const ExpertWeights& w, const __nv_bfloat16* x, int64_t m, float* y, double limit) {
+  const DeviceMatrix &w1 = weights_.matrix(w.w1), &w3 = weights_.matrix(w.w3), &w2 = weights_.matrix(w.w2);
+  float* g = scratch_.alloc<float>(m * w1.rows);
+  float* u = scratch_.alloc<float>(m * w3.rows);
+  gemm(x, m, w1, g);
+  gemm(x, m, w3, u);
+  auto* h = scratch_.alloc<__nv_bfloat16>(m * w1.rows);
+  swiglu(g, u, h, m * w1.rows, static_cast<float>(limit), stream_);
+  gemm(h, m, w2, y);
+}
+
+// First version: the routing comes back to the host, which groups rows by expert; then one GEMM chain per expert
+// that has rows (a grouped GEMM over all experts replaces this).
+CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing, const MoeWeights& w,
+                                         const ModelConfig& cfg) {
+  const int64_t n = x.rows, d = x.cols, k = routing.k;
+  std::vector<int32_t> ids(static_cast<size_t>(n * k));
+  std::vector<float> weight(ids.size());
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(ids.data(), routing.ids, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(weight.data(), routing.weights, weight.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+
+  // Rows of each expert in row order; each (row, expert) pair gets a slot in the routed output.
+  const int64_t n_experts = static_cast<int64_t>(w.experts.size());
+  std::vector<std::vector<int32_t>> rows_of(static_cast<size_t>(n_experts));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = 0; j < k; ++j) rows_of[static_cast<size_t>(ids[static_cast<size_t>(r * k + j)])].push_back(static_cast<int32_t>(r));
+  std::vector<int32_t> gather, start(static_cast<size_t>(n_experts + 1), 0);
+  for (int64_t e = 0; e < n_experts; ++e) {
+    start[static_cast<size_t>(e)] = static_cast<int32_t>(gather.size());
+    gather.insert(gather.end(), rows_of[static_cast<size_t>(e)].begin(), rows_of[static_cast<size_t>(e)].end());
+  }
+  start[static_cast<size_t>(n_experts)] = static_cast<int32_t>(gather.size());
+  // Each row sums its experts in ascending expert order, as the CPU reference does.
+  std::vector<int32_t> slot(static_cast<size_t>(n * k));
+  std::vector<float> slot_weight(slot.size());
+  std::vector<int32_t> next(start.begin(), start.end() - 1);
+  for (int64_t r = 0; r < n; ++r) {
+    std::vector<std::pair<int32_t, float>> mine;
+    for (int64_t j = 0; j < k; ++j) mine.emplace_back(ids[static_cast<size_t>(r * k + j)], weight[static_cast<size_t>(r * k + j)]);
+    std::sort(mine.begin(), mine.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (int64_t j = 0; j < k; ++j) {
+      slot[static_cast<size_t>(r * k + j)] = next[static_cast<size_t>(mine[static_cast<size_t>(j)].first)]++;
+      slot_weight[static_cast<size_t>(r * k + j)] = mine[static_cast<size_t>(j)].second;
+    }
+  }
+
+  const int64_t total = static_cast<int64_t>(gather.size());
+  auto* xg = scratch_.alloc<__nv_bfloat16>(std::max<int64_t>(1, total) * d);
+  gather_bf16(x.data, upload(gather), xg, total, d, stream_);
+  float* routed = scratch_.alloc<float>(std::max<int64_t>(1, total) * d);
+  for (int64_t e = 0; e < n_experts; ++e) {
+    const int64_t m = start[static_cast<size_t>(e + 1)] - start[static_cast<size_t>(e)];
+    if (m == 0) continue;
+    swiglu_expert(w.experts[static_cast<size_t>(e)], xg + start[static_cast<size_t>(e)] * d, m,
+                  routed + start[static_cast<size_t>(e)] * d, cfg.swiglu_limit);
+  }
+  float* shared = nullptr;
+  if (w.shared) {
+    auto* xb = scratch_.alloc<__nv_bfloat16>(n * d);
+    to_bf16(x.data, xb, n * d, stream_);
+    shared = scratch_.alloc<float>(n * d);
+    swiglu_expert(*w.shared, xb, n, shared, cfg.swiglu_limit);
+  }
+  Tensor out = tensor(n, d);
+  moe_combine(shared, routed, upload(slot), upload(slot_weight), out.data, n, k, d, stream_);
+  return out;
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,167 @@
+#pragma once
+// The CUDA backend of the V4 forward (model/deepseek_v4/forward.h): the same ops as CpuBackend, on the GPU.
+// Weights are uploaded once (matrices as bf16, vectors as fp32); activations are fp32 tensors in a per-step scratch
+// arena; each sequence's sliding window and compressor buffers live in one device block per sequence, and its
+// compressed entries in the pool's device pages (the host keeps the page lists and counters).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "backend/cuda/ops.h"
+#include "backend/cuda/v4_kernels.h"
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/deepseek_v4/rope.h"
+#include "model/deepseek_v4/step.h"
+#include "model/deepseek_v4/weights.h"
+
+namespace strata::cuda {
+
+// Bump allocation of device memory for one step's temporaries; reset() at the start of the next step keeps the
+// blocks. A block too small for a request is followed by a new, larger one.
+class Scratch {
+ public:
+  Scratch() = default;
+  ~Scratch();
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* bytes(size_t n);
+  template <typename T>
+  T* alloc(int64_t count) {
+    return static_cast<T*>(bytes(static_cast<size_t>(count) * sizeof(T)));
+  }
+  void reset();
+
+ private:
+  struct Block {
+    char* data = nullptr;
+    size_t size = 0, used = 0;
+  };
+  std::vector<Block> blocks_;
+  size_t current_ = 0;
+};
+
+struct DeviceMatrix {
+  const __nv_bfloat16* data = nullptr;
+  int64_t rows = 0, cols = 0;
+};
+
+// Every tensor of a ModelWeights on the device, looked up by its host address.
+class DeviceWeights {
+ public:
+  explicit DeviceWeights(const model::v4::ModelWeights& w, const std::vector<const std::vector<float>*>& extra = {});
+  ~DeviceWeights();
+  DeviceWeights(const DeviceWeights&) = delete;
+  DeviceWeights& operator=(const DeviceWeights&) = delete;
+
+  const DeviceMatrix& matrix(const WeightRef& w) const;
+  const float* vec(const std::vector<float>& v) const;
+  const int32_t* ints(const std::vector<int32_t>& v) const;
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  void add(const WeightRef& w);
+  void add(const std::vector<float>& v);
+  std::map<const void*, DeviceMatrix> matrices_;
+  std::map<const void*, const float*> vectors_;
+  std::map<const void*, const int32_t*> ints_;
+  std::vector<void*> allocations_;
+  int64_t bytes_ = 0;
+};
+
+// Where one layer's fixed state lives inside a sequence's device block (offsets in floats).
+struct CompressorOffsets {
+  int64_t pending_kv = 0, pending_gate = 0, overlap_kv = 0, overlap_gate = 0;
+};
+struct LayerOffsets {
+  int64_t swa = 0;
+  CompressorOffsets compressor, indexer;
+};
+
+class CudaBackend {
+ public:
+  struct Tensor {
+    float* data = nullptr;
+    int64_t rows = 0, cols = 0;
+  };
+  struct Mix {
+    float* data = nullptr;  // [rows, hc + hc·hc]: post, then comb
+    int64_t hc = 0;
+  };
+  struct Picks {
+    int32_t* index = nullptr;  // [rows, topk]
+    int32_t* count = nullptr;  // [rows]
+    int64_t topk = 0;
+  };
+  struct Routing {
+    int32_t* ids = nullptr;    // [rows, k]
+    float* weights = nullptr;  // [rows, k]
+    int64_t rows = 0, k = 0;
+  };
+
+  CudaBackend(const DeviceWeights& weights, Gemm& gemm, Scratch& scratch, const std::vector<LayerOffsets>& layout,
+              const model::ModelConfig& cfg, cudaStream_t stream);
+
+  void begin_step(const model::v4::Step& step);
+  void end_step(const model::v4::Step& step);
+  Mat to_host(const Tensor& x) const;
+
+  Tensor embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies);
+  Tensor linear(const Tensor& x, const WeightRef& w);
+  Tensor grouped_linear(const Tensor& x, const WeightRef& w, int64_t groups);
+  void rms_norm_rows(Tensor& x, const std::vector<float>* weight, double eps);
+  void head_rms_norm(Tensor& x, int64_t head_dim, double eps);
+  void rope(Tensor& x, int64_t head_dim, const model::v4::RopeTable& table, const model::v4::Step& step, bool inverse);
+
+  Mix hc_pre(const model::v4::HyperConnectionWeights& w, const Tensor& streams, Tensor& collapsed,
+             const model::ModelConfig& cfg);
+  void hc_post(const Mix& mix, const Tensor& block_out, Tensor& streams);
+  Tensor hyper_head(const model::v4::ModelWeights& w, const Tensor& streams, const std::vector<int64_t>& rows,
+                    const model::ModelConfig& cfg);
+
+  void compress(const model::v4::CompressorWeights& w, const Tensor& kv, const Tensor& gate,
+                const model::v4::Step& step, int64_t layer, model::v4::CompressorSlot slot,
+                const model::v4::RopeTable& rope, double eps);
+  Picks indexer_topk(const Tensor& q, const Tensor& head_weights, const model::v4::Step& step, int64_t layer,
+                     const model::ModelConfig& cfg);
+  Tensor sparse_attention(const Tensor& q, const Tensor& kv, const std::vector<float>& sinks,
+                          model::v4::AttentionKeys keys, const Picks& picks, const model::v4::Step& step,
+                          int64_t layer, const model::ModelConfig& cfg);
+  void update_window(const Tensor& kv, const model::v4::Step& step, int64_t layer, int64_t window);
+
+  Routing route(const Tensor& scores, const model::v4::MoeWeights& w, const std::vector<int32_t>& tokens,
+                const model::ModelConfig& cfg);
+  Tensor experts(const Tensor& x, const Routing& routing, const model::v4::MoeWeights& w,
+                 const model::ModelConfig& cfg);
+
+ private:
+  Tensor tensor(int64_t rows, int64_t cols) { return {scratch_.alloc<float>(rows * cols), rows, cols}; }
+  template <typename T>
+  T* upload(const std::vector<T>& host);
+  // y = x · wᵀ for bf16 x (already converted) into fp32 y.
+  void gemm(const __nv_bfloat16* x, int64_t m, const DeviceMatrix& w, float* y);
+  void swiglu_expert(const model::v4::ExpertWeights& w, const __nv_bfloat16* x, int64_t m, float* y, double limit);
+  const EntryTable& entry_table(int64_t layer, model::v4::CompressorSlot slot) const;
+
+  const DeviceWeights& weights_;
+  Gemm& gemm_;
+  Scratch& scratch_;
+  const std::vector<LayerOffsets>& layout_;
+  const model::ModelConfig& cfg_;
+  cudaStream_t stream_;
+
+  // This step's layout on the device.
+  StepLayout rows_;
+  const int32_t* tokens_ = nullptr;
+  float* const* state_ = nullptr;          // per chunk: its sequence's fixed-state block
+  std::map<int64_t, std::pair<const int32_t*, int64_t>> work_;  // rate → (chunk, window) pairs closing this step
+  std::map<int64_t, int64_t> closed_max_;                        // rate → most entries any chunk has after the step
+  std::vector<EntryTable> tables_;                               // [layer · 2 + slot]
+  std::map<const model::v4::RopeTable*, std::pair<const float*, const float*>> rope_rows_;
+};
+
+}  // namespace strata::cuda

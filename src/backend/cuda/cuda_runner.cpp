@@ -1,0 +1,81 @@
+// The CUDA ForwardRunner: forward.h over CudaBackend, with the weights on the GPU and each sequence's fixed state in
+// one device block.
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "model/deepseek_v4/model.h"
+
+namespace strata::model::v4 {
+
+namespace {
+
+class CudaRunner : public ForwardRunner {
+ public:
+  explicit CudaRunner(const Model::Parts& p)
+      : p_(p), weights_(p.w, {&p.rope_main.inv_freq, &p.rope_compress.inv_freq}) {
+    // Every sequence's block: per layer its window ring, then each compressor's pending and overlap buffers.
+    int64_t at = 0;
+    for (const LayerWeights& l : p.w.layers) {
+      cuda::LayerOffsets o;
+      o.swa = at;
+      at += p.cfg.sliding_window * p.cfg.head_dim;
+      auto place = [&](const CompressorWeights* c, cuda::CompressorOffsets& co) {
+        if (!c) return;
+        const int64_t width = c->overlap ? 2 * c->dim : c->dim;
+        co.pending_kv = at;
+        at += c->rate * width;
+        co.pending_gate = at;
+        at += c->rate * width;
+        if (c->overlap) {
+          co.overlap_kv = at;
+          at += c->rate * c->dim;
+          co.overlap_gate = at;
+          at += c->rate * c->dim;
+        }
+      };
+      place(l.attn.compressor ? &*l.attn.compressor : nullptr, o.compressor);
+      place(l.attn.indexer ? &l.attn.indexer->compressor : nullptr, o.indexer);
+      layout_.push_back(o);
+    }
+    block_floats_ = at;
+  }
+
+  std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe) override {
+    cuda::CudaBackend backend(weights_, gemm_, scratch_, layout_, p_.cfg, nullptr);
+    return Forward<cuda::CudaBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend).run(chunks, observe);
+  }
+
+  void init_state(SequenceState& s) override {
+    float* block = nullptr;
+    const size_t bytes = static_cast<size_t>(block_floats_) * sizeof(float);
+    STRATA_CUDA_CHECK(cudaMalloc(&block, bytes));
+    STRATA_CUDA_CHECK(cudaMemset(block, 0, bytes));
+    s.device_state = std::shared_ptr<float>(block, [](float* b) { cudaFree(b); });
+  }
+
+  std::shared_ptr<float> allocate_entry_storage(int64_t floats) override {
+    float* d = nullptr;
+    STRATA_CUDA_CHECK(cudaMalloc(&d, static_cast<size_t>(floats) * sizeof(float)));
+    return std::shared_ptr<float>(d, [](float* b) { cudaFree(b); });
+  }
+
+ private:
+  const Model::Parts& p_;
+  cuda::DeviceWeights weights_;
+  cuda::Gemm gemm_;
+  cuda::Scratch scratch_;
+  std::vector<cuda::LayerOffsets> layout_;
+  int64_t block_floats_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts& parts) { return std::make_unique<CudaRunner>(parts); }
+
+std::string cuda_device_name() {
+  int device = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) return "";
+  return prop.name;
+}
+
+}  // namespace strata::model::v4

@@ -1,0 +1,568 @@
+// DeepSeek-V4 kernels (v4_kernels.h). First versions: fp32 arithmetic in the order of the CPU reference,
+// correctness before speed; the GEMMs (cuBLASLt) carry the FLOPs.
+#include <cfloat>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/v4_kernels.h"
+
+namespace strata::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n, int threads = kThreads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+// Sum over the block (blockDim.x a multiple of 32, ≤ 1024); every thread gets the total.
+__device__ float block_sum(float v) {
+  __shared__ float partial[32];
+  __shared__ float total;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = (blockDim.x + 31) / 32;
+  __syncthreads();  // `partial` may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < warps ? partial[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) total = v;
+  }
+  __syncthreads();
+  return total;
+}
+
+__device__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+__device__ const float* entry_address(const EntryTable& t, int64_t chunk, int64_t n) {
+  const int32_t page = t.pages[chunk * t.max_pages + n / t.per_page];
+  return t.arena + static_cast<int64_t>(page) * t.page_floats + (n % t.per_page) * t.dim;
+}
+
+__global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = __float2bfloat16(x[i]);
+}
+
+__global__ void embed_kernel(const __nv_bfloat16* table, const int32_t* tokens, float* out, int64_t d, int64_t copies) {
+  const int64_t r = blockIdx.x;
+  const __nv_bfloat16* src = table + static_cast<int64_t>(tokens[r]) * d;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+    const float v = __bfloat162float(src[c]);
+    for (int64_t h = 0; h < copies; ++h) out[(r * copies + h) * d + c] = v;
+  }
+}
+
+// One block per row: rmsnorm of the hc·d streams, (2 + hc)·hc dot products with fn, then the small mHC math in
+// thread 0, then the collapse.
+__global__ void hc_pre_kernel(const float* streams, const float* fn, const float* base, const float* scale,
+                              float* collapsed, float* mix_out, int64_t hc, int64_t d, float norm_eps, float hc_eps,
+                              int64_t sinkhorn_iters) {
+  extern __shared__ float sh[];
+  float* mix = sh;              // [(2 + hc)·hc]
+  float* pre = sh + (2 + hc) * hc;  // [hc]
+  const int64_t r = blockIdx.x, width = hc * d, mix_n = (2 + hc) * hc;
+  const float* x = streams + r * width;
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) ss += x[c] * x[c];
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(width) + norm_eps);
+  for (int64_t i = 0; i < mix_n; ++i) {
+    float acc = 0.0f;
+    for (int64_t c = threadIdx.x; c < width; c += blockDim.x) acc += fn[i * width + c] * (x[c] * inv);
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) mix[i] = acc;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float* post = mix_out + r * (hc + hc * hc);
+    float* comb = post + hc;
+    for (int64_t h = 0; h < hc; ++h) {
+      pre[h] = sigmoidf(mix[h] * scale[0] + base[h]) + hc_eps;
+      post[h] = 2.0f * sigmoidf(mix[hc + h] * scale[1] + base[hc + h]);
+    }
+    for (int64_t i = 0; i < hc * hc; ++i) comb[i] = mix[2 * hc + i] * scale[2] + base[2 * hc + i];
+    for (int64_t i = 0; i < hc; ++i) {
+      float m = -FLT_MAX, s = 0.0f;
+      for (int64_t j = 0; j < hc; ++j) m = fmaxf(m, comb[i * hc + j]);
+      for (int64_t j = 0; j < hc; ++j) s += expf(comb[i * hc + j] - m);
+      for (int64_t j = 0; j < hc; ++j) comb[i * hc + j] = expf(comb[i * hc + j] - m) / s + hc_eps;
+    }
+    for (int64_t it = 0; it < sinkhorn_iters; ++it) {
+      if (it > 0)
+        for (int64_t i = 0; i < hc; ++i) {
+          float s = 0.0f;
+          for (int64_t j = 0; j < hc; ++j) s += comb[i * hc + j];
+          for (int64_t j = 0; j < hc; ++j) comb[i * hc + j] /= s + hc_eps;
+        }
+      for (int64_t j = 0; j < hc; ++j) {
+        float s = 0.0f;
+        for (int64_t i = 0; i < hc; ++i) s += comb[i * hc + j];
+        for (int64_t i = 0; i < hc; ++i) comb[i * hc + j] /= s + hc_eps;
+      }
+    }
+  }
+  __syncthreads();
+  for (int64_t k = threadIdx.x; k < d; k += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t h = 0; h < hc; ++h) acc += pre[h] * x[h * d + k];
+    collapsed[r * d + k] = acc;
+  }
+}
+
+__global__ void hc_post_kernel(const float* mix, const float* block_out, float* streams, int64_t hc, int64_t d) {
+  const int64_t r = blockIdx.y, e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (e >= d) return;
+  const float* post = mix + r * (hc + hc * hc);
+  const float* comb = post + hc;
+  float* x = streams + r * hc * d;
+  float old[8];  // hc ≤ 8 (checked by the launcher)
+  for (int64_t j = 0; j < hc; ++j) old[j] = x[j * d + e];
+  const float out = block_out[r * d + e];
+  for (int64_t k = 0; k < hc; ++k) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < hc; ++j) acc += comb[j * hc + k] * old[j];
+    x[k * d + e] = post[k] * out + acc;
+  }
+}
+
+__global__ void hyper_head_kernel(const float* streams, const int32_t* rows, const float* fn, const float* base,
+                                  const float* scale, float* y, int64_t hc, int64_t d, float norm_eps, float hc_eps) {
+  __shared__ float pre[8];
+  const int64_t width = hc * d;
+  const float* x = streams + static_cast<int64_t>(rows[blockIdx.x]) * width;
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) ss += x[c] * x[c];
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(width) + norm_eps);
+  for (int64_t h = 0; h < hc; ++h) {
+    float acc = 0.0f;
+    for (int64_t c = threadIdx.x; c < width; c += blockDim.x) acc += fn[h * width + c] * (x[c] * inv);
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) pre[h] = sigmoidf(acc * scale[0] + base[h]) + hc_eps;
+  }
+  __syncthreads();
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t h = 0; h < hc; ++h) acc += pre[h] * x[h * d + c];
+    y[blockIdx.x * d + c] = acc;
+  }
+}
+
+// --- Compressor -----------------------------------------------------------------------------------------------
+
+// The (kv, gate) pair of window position j of window w, own half (`half_offset` = dim with overlap) or the
+// next-window half (offset 0): from this step's rows when the token is in this step, else from the pending buffer
+// (only the window open when the step began can have earlier tokens).
+struct WindowSource {
+  const CompressorStep& c;
+  int64_t chunk, pos0, first;
+  const float* state;
+  __device__ void get(int64_t w, int64_t j, int64_t col, float& kv, float& gate) const {
+    const int64_t q = w * c.rate + j;
+    if (q >= pos0) {
+      const int64_t row = first + q - pos0;
+      kv = c.kv[row * c.width + col];
+      gate = c.gate[row * c.width + col];
+    } else {
+      kv = state[c.pending_kv + j * c.width + col];
+      gate = state[c.pending_gate + j * c.width + col];
+    }
+  }
+};
+
+// One block per closing window; thread t computes channel t (blockDim.x ≥ dim, a multiple of 32).
+__global__ void compress_entries_kernel(CompressorStep c, StepLayout L, const int32_t* work) {
+  extern __shared__ float entry[];  // [dim]
+  const int64_t chunk = work[2 * blockIdx.x], w = work[2 * blockIdx.x + 1];
+  const int64_t pos0 = L.pos0[chunk], first = L.first[chunk];
+  const WindowSource src{c, chunk, pos0, first, c.state[chunk]};
+  const int64_t start_window = pos0 / c.rate;  // open when the step began
+  const int64_t ch = threadIdx.x;
+  float value = 0.0f;
+  if (ch < c.dim) {
+    const int64_t own = c.overlap ? c.dim : 0;
+    // Online softmax over the (previous window's first half,) then this window's own half.
+    float m = -FLT_MAX, s = 0.0f, acc = 0.0f;
+    auto add = [&](float logit, float v) {
+      const float m2 = fmaxf(m, logit);
+      const float scale_old = expf(m - m2), e = expf(logit - m2);
+      s = s * scale_old + e;
+      acc = acc * scale_old + e * v;
+      m = m2;
+    };
+    if (c.overlap && w > 0) {
+      for (int64_t j = 0; j < c.rate; ++j) {
+        float kv, gate;
+        if (w - 1 < start_window) {  // closed before this step: kept in the overlap buffer (ape included)
+          kv = src.state[c.overlap_kv + j * c.dim + ch];
+          gate = src.state[c.overlap_gate + j * c.dim + ch];
+        } else {
+          src.get(w - 1, j, ch, kv, gate);
+          gate += c.ape[j * c.width + ch];
+        }
+        add(gate, kv);
+      }
+    }
+    for (int64_t j = 0; j < c.rate; ++j) {
+      float kv, gate;
+      src.get(w, j, own + ch, kv, gate);
+      add(gate + c.ape[j * c.width + own + ch], kv);
+    }
+    value = acc / s;
+  }
+  const float inv = rsqrtf(block_sum(ch < c.dim ? value * value : 0.0f) / static_cast<float>(c.dim) + c.eps);
+  if (ch < c.dim) entry[ch] = value * inv * c.norm[ch];
+  __syncthreads();
+  // RoPE on the trailing 2·half channels at the window's first position.
+  const int64_t nope = c.dim - 2 * c.rope_half;
+  float out = ch < c.dim ? entry[ch] : 0.0f;
+  if (ch >= nope && ch < c.dim) {
+    const int64_t pair = (ch - nope) / 2;
+    const float angle = c.inv_freq[pair] * static_cast<float>(w * c.rate);
+    const float cs = static_cast<float>(cos(static_cast<double>(angle))) * c.rope_scaling;
+    const float sn = static_cast<float>(sin(static_cast<double>(angle))) * c.rope_scaling;
+    const float a = entry[nope + 2 * pair], b = entry[nope + 2 * pair + 1];
+    out = (ch - nope) % 2 == 0 ? a * cs - b * sn : b * cs + a * sn;
+  }
+  if (ch < c.dim) {
+    const int32_t page = c.entries.pages[chunk * c.entries.max_pages + w / c.entries.per_page];
+    c.entries_out[static_cast<int64_t>(page) * c.entries.page_floats + (w % c.entries.per_page) * c.dim + ch] = out;
+  }
+}
+
+// After the entries: when a window closed, the overlap buffer takes the last closed window's first half (+ ape).
+__global__ void compress_overlap_kernel(CompressorStep c, StepLayout L) {
+  const int64_t chunk = blockIdx.x, pos0 = L.pos0[chunk], end = pos0 + L.count[chunk];
+  const int64_t e0 = pos0 / c.rate, e1 = end / c.rate;
+  if (e1 == e0) return;
+  float* state = c.state[chunk];
+  const WindowSource src{c, chunk, pos0, L.first[chunk], state};
+  for (int64_t i = threadIdx.x; i < c.rate * c.dim; i += blockDim.x) {
+    const int64_t j = i / c.dim, ch = i % c.dim;
+    float kv, gate;
+    src.get(e1 - 1, j, ch, kv, gate);
+    state[c.overlap_kv + i] = kv;
+    state[c.overlap_gate + i] = gate + c.ape[j * c.width + ch];
+  }
+}
+
+// Last: tokens of the window still open at the end of the step go to the pending buffer.
+__global__ void compress_pending_kernel(CompressorStep c, StepLayout L) {
+  const int64_t r = blockIdx.x, chunk = L.chunk[r], pos = L.position[r];
+  const int64_t end = L.pos0[chunk] + L.count[chunk];
+  if (pos < end / c.rate * c.rate) return;
+  float* state = c.state[chunk];
+  const int64_t j = pos % c.rate;
+  for (int64_t col = threadIdx.x; col < c.width; col += blockDim.x) {
+    state[c.pending_kv + j * c.width + col] = c.kv[r * c.width + col];
+    state[c.pending_gate + j * c.width + col] = c.gate[r * c.width + col];
+  }
+}
+
+// --- Lightning Indexer ---------------------------------------------------------------------------------------
+
+// Scores of row r against every visible entry: warps over entries, lanes over channels, heads in a loop.
+__global__ void indexer_scores_kernel(const float* q, const float* head_w, EntryTable t, StepLayout L, int64_t rate,
+                                      int64_t heads, int64_t hd, int64_t max_visible, float* scores) {
+  extern __shared__ float qs[];  // [heads·hd]
+  const int64_t r = blockIdx.x, chunk = L.chunk[r];
+  const int64_t closed = (L.pos0[chunk] + L.count[chunk]) / rate;
+  const int64_t visible = min(static_cast<int64_t>(L.position[r] + 1) / rate, closed);
+  for (int64_t i = threadIdx.x; i < heads * hd; i += blockDim.x) qs[i] = q[r * heads * hd + i];
+  __syncthreads();
+  const float softmax_scale = rsqrtf(static_cast<float>(hd)), weights_scale = rsqrtf(static_cast<float>(heads));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int64_t e = warp; e < visible; e += warps) {
+    const float* k = entry_address(t, chunk, e);
+    float score = 0.0f;
+    for (int64_t h = 0; h < heads; ++h) {
+      float acc = 0.0f;
+      for (int64_t c = lane; c < hd; c += 32) acc += qs[h * hd + c] * k[c];
+      for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      score += (fmaxf(acc, 0.0f) * softmax_scale) * (head_w[r * heads + h] * weights_scale);
+    }
+    if (lane == 0) scores[r * max_visible + e] = score;
+  }
+}
+
+// (score, index) ordered best first: higher score, then lower index.
+__device__ bool better(float sa, int32_t ia, float sb, int32_t ib) { return sa > sb || (sa == sb && ia < ib); }
+
+// Top-k per row by tiles: the running best k plus the next tile of candidates are bitonic-sorted in shared memory
+// and the first k kept. kTile is a power of two > topk.
+constexpr int kTile = 4096;
+__global__ void indexer_select_kernel(const float* scores, StepLayout L, int64_t rate, int64_t max_visible,
+                                      int64_t topk, int32_t* picks, int32_t* pick_count) {
+  __shared__ float ks[kTile];
+  __shared__ int32_t ki[kTile];
+  const int64_t r = blockIdx.x, chunk = L.chunk[r];
+  const int64_t closed = (L.pos0[chunk] + L.count[chunk]) / rate;
+  const int64_t visible = min(static_cast<int64_t>(L.position[r] + 1) / rate, closed);
+  const int64_t k = min(topk, visible);
+  int64_t kept = 0;  // best-so-far occupy ks[0, kept)
+  for (int64_t start = 0; start < visible;) {
+    const int64_t take = min(static_cast<int64_t>(kTile) - kept, visible - start);
+    for (int64_t i = threadIdx.x; i < kTile; i += blockDim.x) {
+      if (i >= kept) {
+        const int64_t e = start + (i - kept);
+        const bool valid = i - kept < take;
+        ks[i] = valid ? scores[r * max_visible + e] : -FLT_MAX;
+        ki[i] = valid ? static_cast<int32_t>(e) : INT32_MAX;
+      }
+    }
+    __syncthreads();
+    for (int size = 2; size <= kTile; size <<= 1)
+      for (int stride = size / 2; stride > 0; stride >>= 1) {
+        for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
+          const int partner = i ^ stride;
+          if (partner > i) {
+            const bool ascending_block = (i & size) == 0;  // "ascending" = best first
+            const bool swap = ascending_block ? better(ks[partner], ki[partner], ks[i], ki[i])
+                                              : better(ks[i], ki[i], ks[partner], ki[partner]);
+            if (swap) {
+              const float ts = ks[i];
+              ks[i] = ks[partner];
+              ks[partner] = ts;
+              const int32_t ti = ki[i];
+              ki[i] = ki[partner];
+              ki[partner] = ti;
+            }
+          }
+        }
+        __syncthreads();
+      }
+    start += take;
+    kept = k;
+  }
+  for (int64_t i = threadIdx.x; i < k; i += blockDim.x) picks[r * topk + i] = ki[i];
+  if (threadIdx.x == 0) pick_count[r] = static_cast<int32_t>(k);
+}
+
+// --- Attention keys and the window ring ---------------------------------------------------------------------------
+
+__global__ void attention_keys_kernel(const float* kv, float* const* ring, int64_t ring_offset, int64_t window,
+                                      int64_t hd, KeyEntries mode, EntryTable t, int64_t rate, const int32_t* picks,
+                                      const int32_t* pick_count, int64_t topk, StepLayout L, int64_t max_keys,
+                                      const float** keys, int32_t* key_count) {
+  const int64_t r = blockIdx.x, chunk = L.chunk[r], pos = L.position[r];
+  const int64_t pos0 = L.pos0[chunk], first = L.first[chunk];
+  const int64_t lo = pos - window + 1 > 0 ? pos - window + 1 : 0;
+  const int64_t n_window = pos - lo + 1;
+  const float** out = keys + r * max_keys;
+  for (int64_t i = threadIdx.x; i < n_window; i += blockDim.x) {
+    const int64_t j = lo + i;
+    out[i] = j >= pos0 ? kv + (first + j - pos0) * hd : ring[chunk] + ring_offset + (j % window) * hd;
+  }
+  int64_t n_entries = 0;
+  if (mode == KeyEntries::Picked) {
+    n_entries = pick_count[r];
+    for (int64_t i = threadIdx.x; i < n_entries; i += blockDim.x)
+      out[n_window + i] = entry_address(t, chunk, picks[r * topk + i]);
+  } else if (mode == KeyEntries::All) {
+    const int64_t closed = (pos0 + L.count[chunk]) / rate;
+    n_entries = min((pos + 1) / rate, closed);
+    for (int64_t i = threadIdx.x; i < n_entries; i += blockDim.x) out[n_window + i] = entry_address(t, chunk, i);
+  }
+  if (threadIdx.x == 0) key_count[r] = static_cast<int32_t>(n_window + n_entries);
+}
+
+__global__ void update_window_kernel(const float* kv, float* const* ring, int64_t ring_offset, int64_t window,
+                                     int64_t hd, StepLayout L) {
+  const int64_t r = blockIdx.x, chunk = L.chunk[r];
+  if (r - L.first[chunk] < L.count[chunk] - window) return;
+  float* dst = ring[chunk] + ring_offset + (L.position[r] % window) * hd;
+  for (int64_t c = threadIdx.x; c < hd; c += blockDim.x) dst[c] = kv[r * hd + c];
+}
+
+// --- MoE ------------------------------------------------------------------------------------------------------
+
+// One thread per row (experts ≤ a few hundred, k ≤ 16): the CPU's scoring and selection, in its order.
+__global__ void route_kernel(const float* logits, const float* bias, const int32_t* tid2eid, const int32_t* tokens,
+                             int64_t rows, int64_t experts, int64_t k, int scoring_func, float routed_scaling,
+                             float* scores, int32_t* ids, float* weights) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= rows) return;
+  const float* in = logits + r * experts;
+  float* s = scores + r * experts;
+  if (scoring_func == 2) {  // softmax
+    float m = -FLT_MAX, sum = 0.0f;
+    for (int64_t e = 0; e < experts; ++e) m = fmaxf(m, in[e]);
+    for (int64_t e = 0; e < experts; ++e) sum += expf(in[e] - m);
+    for (int64_t e = 0; e < experts; ++e) s[e] = expf(in[e] - m) / sum;
+  } else {
+    for (int64_t e = 0; e < experts; ++e) {
+      const float x = in[e];
+      s[e] = scoring_func == 0 ? sqrtf(x > 20.0f ? x : log1pf(expf(x))) : 1.0f / (1.0f + expf(-x));
+    }
+  }
+  int32_t* chosen = ids + r * k;
+  if (tid2eid) {
+    for (int64_t j = 0; j < k; ++j) chosen[j] = tid2eid[static_cast<int64_t>(tokens[r]) * k + j];
+  } else {
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t best = -1;
+      float best_v = 0.0f;
+      for (int64_t e = 0; e < experts; ++e) {
+        bool taken = false;
+        for (int64_t p = 0; p < j; ++p) taken |= chosen[p] == e;
+        if (taken) continue;
+        const float v = s[e] + (bias ? bias[e] : 0.0f);
+        if (best < 0 || v > best_v) best = static_cast<int32_t>(e), best_v = v;
+      }
+      chosen[j] = best;
+    }
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < k; ++j) sum += s[chosen[j]];
+  for (int64_t j = 0; j < k; ++j) weights[r * k + j] = s[chosen[j]] / (sum + 1e-20f) * routed_scaling;
+}
+
+__global__ void gather_bf16_kernel(const float* x, const int32_t* index, __nv_bfloat16* y, int64_t d) {
+  const float* src = x + static_cast<int64_t>(index[blockIdx.x]) * d;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) y[blockIdx.x * d + c] = __float2bfloat16(src[c]);
+}
+
+__global__ void swiglu_kernel(const float* gate, const float* up, __nv_bfloat16* h, int64_t n, float limit) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float g = fminf(gate[i], limit), u = fminf(fmaxf(up[i], -limit), limit);
+  h[i] = __float2bfloat16(g / (1.0f + expf(-g)) * u);
+}
+
+__global__ void moe_combine_kernel(const float* base, const float* routed, const int32_t* slot, const float* weight,
+                                   float* out, int64_t k, int64_t d) {
+  const int64_t r = blockIdx.y, c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= d) return;
+  float acc = 0.0f;
+  for (int64_t j = 0; j < k; ++j) acc += routed[static_cast<int64_t>(slot[r * k + j]) * d + c] * weight[r * k + j];
+  out[r * d + c] = acc + (base ? base[r * d + c] : 0.0f);
+}
+
+}  // namespace
+
+void to_bf16(const float* x, __nv_bfloat16* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+void embed(const __nv_bfloat16* table, const int32_t* tokens, float* out, int64_t rows, int64_t d, int64_t copies,
+           cudaStream_t stream) {
+  if (rows == 0) return;
+  embed_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(table, tokens, out, d, copies);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+void hc_pre(const float* streams, const float* fn, const float* base, const float* scale, float* collapsed,
+            float* mix_out, int64_t rows, int64_t hc, int64_t d, float norm_eps, float hc_eps, int64_t sinkhorn_iters,
+            cudaStream_t stream) {
+  if (rows == 0) return;
+  if (hc > 8) fail("hc_pre: hc_mult ", hc, " above the CUDA backend's limit of 8");
+  const size_t shared = static_cast<size_t>((2 + hc) * hc + hc) * sizeof(float);
+  hc_pre_kernel<<<static_cast<unsigned>(rows), kThreads, shared, stream>>>(streams, fn, base, scale, collapsed, mix_out,
+                                                                           hc, d, norm_eps, hc_eps, sinkhorn_iters);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+void hc_post(const float* mix, const float* block_out, float* streams, int64_t rows, int64_t hc, int64_t d,
+             cudaStream_t stream) {
+  if (rows == 0) return;
+  if (hc > 8) fail("hc_post: hc_mult ", hc, " above the CUDA backend's limit of 8");
+  hc_post_kernel<<<dim3(blocks_for(d), static_cast<unsigned>(rows)), kThreads, 0, stream>>>(mix, block_out, streams, hc, d);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+void hyper_head(const float* streams, const int32_t* rows, const float* fn, const float* base, const float* scale,
+                float* y, int64_t n, int64_t hc, int64_t d, float norm_eps, float hc_eps, cudaStream_t stream) {
+  if (n == 0) return;
+  if (hc > 8) fail("hyper_head: hc_mult ", hc, " above the CUDA backend's limit of 8");
+  hyper_head_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(streams, rows, fn, base, scale, y, hc, d,
+                                                                       norm_eps, hc_eps);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+void compress(const CompressorStep& c, const StepLayout& rows, const int32_t* work, int64_t n_work,
+              cudaStream_t stream) {
+  if (c.dim > 1024) fail("compress: entry width ", c.dim, " above the CUDA backend's limit of 1024");
+  if (n_work > 0) {
+    const int threads = static_cast<int>((c.dim + 31) / 32 * 32);
+    compress_entries_kernel<<<static_cast<unsigned>(n_work), threads, static_cast<size_t>(c.dim) * sizeof(float),
+                              stream>>>(c, rows, work);
+    STRATA_CUDA_CHECK_LAUNCH();
+  }
+  if (c.overlap && rows.chunks > 0) {
+    compress_overlap_kernel<<<static_cast<unsigned>(rows.chunks), kThreads, 0, stream>>>(c, rows);
+    STRATA_CUDA_CHECK_LAUNCH();
+  }
+  if (rows.rows > 0) {
+    compress_pending_kernel<<<static_cast<unsigned>(rows.rows), kThreads, 0, stream>>>(c, rows);
+    STRATA_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void indexer_topk(const float* q, const float* head_w, const EntryTable& entries, const StepLayout& rows, int64_t rate,
+                  int64_t heads, int64_t head_dim, int64_t topk, int64_t max_visible, float* scratch, int32_t* picks,
+                  int32_t* pick_count, cudaStream_t stream) {
+  if (rows.rows == 0) return;
+  if (topk >= kTile) fail("indexer: index_topk ", topk, " needs a selection tile above ", kTile);
+  const size_t shared = static_cast<size_t>(heads * head_dim) * sizeof(float);
+  if (shared > 48 * 1024)
+    STRATA_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(shared)));
+  if (max_visible > 0) {
+    indexer_scores_kernel<<<static_cast<unsigned>(rows.rows), kThreads, shared, stream>>>(
+        q, head_w, entries, rows, rate, heads, head_dim, max_visible, scratch);
+    STRATA_CUDA_CHECK_LAUNCH();
+  }
+  indexer_select_kernel<<<static_cast<unsigned>(rows.rows), 1024, 0, stream>>>(scratch, rows, rate, max_visible, topk,
+                                                                              picks, pick_count);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+void attention_keys(const float* kv, float* const* ring, int64_t ring_offset, int64_t window, int64_t head_dim,
+                    KeyEntries mode, const EntryTable& entries, int64_t rate, const int32_t* picks,
+                    const int32_t* pick_count, int64_t topk, const StepLayout& rows, int64_t max_keys,
+                    const float** keys, int32_t* key_count, cudaStream_t stream) {
+  if (rows.rows == 0) return;
+  attention_keys_kernel<<<static_cast<unsigned>(rows.rows), kThreads, 0, stream>>>(
+      kv, ring, ring_offset, window, head_dim, mode, entries, rate, picks, pick_count, topk, rows, max_keys, keys,
+      key_count);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+void update_window(const float* kv, float* const* ring, int64_t ring_offset, int64_t window, int64_t head_dim,
+                   const StepLayout& rows, cudaStream_t stream) {
+  if (rows.rows == 0) return;
+  update_window_kernel<<<static_cast<unsigned>(rows.rows), kThreads, 0, stream>>>(kv, ring, ring_offset, window,
+                                                                                  head_dim, rows);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+void route(const float* logits, const float* bias, const int32_t* tid2eid, const int32_t* tokens, int64_t rows,
+           int64_t experts, int64_t k, int scoring_func, float routed_scaling, float* scores, int32_t* ids,
+           float* weights, cudaStream_t stream) {
+  if (rows == 0) return;
+  route_kernel<<<blocks_for(rows, 64), 64, 0, stream>>>(logits, bias, tid2eid, tokens, rows, experts, k, scoring_func,
+                                                        routed_scaling, scores, ids, weights);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+void gather_bf16(const float* x, const int32_t* index, __nv_bfloat16* y, int64_t n, int64_t d, cudaStream_t stream) {
+  if (n == 0) return;
+  gather_bf16_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(x, index, y, d);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu(const float* gate, const float* up, __nv_bfloat16* h, int64_t n, float limit, cudaStream_t stream) {
+  if (n == 0) return;
+  swiglu_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, h, n, limit);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+void moe_combine(const float* base, const float* routed, const int32_t* slot, const float* weight, float* out,
+                 int64_t rows, int64_t k, int64_t d, cudaStream_t stream) {
+  if (rows == 0) return;
+  moe_combine_kernel<<<dim3(blocks_for(d), static_cast<unsigned>(rows)), kThreads, 0, stream>>>(base, routed, slot,
+                                                                                                weight, out, k, d);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace strata::cuda

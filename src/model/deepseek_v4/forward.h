@@ -1,0 +1,135 @@
+#pragma once
+// The DeepSeek-V4 forward pass, written once against backend ops (DESIGN.md "One forward, two backends"). Each
+// function maps to a section of the paper: mHC (§2.2), CSA/HCA attention with the Lightning Indexer (§2.3), hash
+// and top-k MoE (§2.1). A backend B provides:
+//   B::Tensor  fp32 activations [rows, cols] on its device;  B::Mix  one hyper-connection site's mixing weights;
+//   B::Picks   the indexer's top-k entries per row;         B::Routing  each row's experts and weights;
+// and the ops called below. backend/cpu/cpu_backend.h is the readable reference of every op's meaning; the CUDA
+// backend is tested against it op by op and as a whole.
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/deepseek_v4/rope.h"
+#include "model/deepseek_v4/step.h"
+#include "model/deepseek_v4/weights.h"
+
+namespace strata::model::v4 {
+
+using LayerObserver = std::function<void(int64_t layer, const Mat& streams)>;
+
+// Rows of a step, checked: every chunk has tokens and a state of this model, no state twice, ids in the vocabulary.
+StepRows make_step_rows(const ModelConfig& cfg, const std::vector<SequenceChunk>& chunks);
+
+template <class B>
+class Forward {
+ public:
+  using Tensor = typename B::Tensor;
+
+  Forward(const ModelConfig& cfg, const ModelWeights& w, const RopeTable& rope_main, const RopeTable& rope_compress,
+          B& backend)
+      : cfg_(cfg), w_(w), rope_main_(rope_main), rope_compress_(rope_compress), b_(backend) {}
+
+  std::vector<Mat> run(std::vector<SequenceChunk>& chunks, const LayerObserver& observe) {
+    Step step{make_step_rows(cfg_, chunks), &chunks};
+    b_.begin_step(step);
+    const int64_t hc = cfg_.hc_mult;
+    // Every residual stream starts as the token embedding.
+    Tensor streams = b_.embed(w_.embed, step.rows.tokens, hc);
+    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+      const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
+      Tensor x;
+      auto mix = b_.hc_pre(lw.hc_attn, streams, x, cfg_);
+      b_.rms_norm_rows(x, &lw.attn_norm, cfg_.rms_norm_eps);
+      b_.hc_post(mix, attention(l, x, step), streams);
+      mix = b_.hc_pre(lw.hc_ffn, streams, x, cfg_);
+      b_.rms_norm_rows(x, &lw.ffn_norm, cfg_.rms_norm_eps);
+      b_.hc_post(mix, moe(lw.ffn, x, step), streams);
+      if (observe) observe(l, b_.to_host(streams));
+    }
+    for (SequenceChunk& ch : chunks) ch.state->num_tokens += static_cast<int64_t>(ch.tokens.size());
+
+    // HyperHead: a last learned collapse of the streams, then the final norm and the vocabulary head — only for
+    // the rows whose logits were asked for.
+    std::vector<int64_t> wanted;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      const int64_t count = static_cast<int64_t>(chunks[c].tokens.size());
+      for (int64_t i = chunks[c].all_logits ? 0 : count - 1; i < count; ++i)
+        wanted.push_back(step.rows.first[c] + i);
+    }
+    Tensor y = b_.hyper_head(w_, streams, wanted, cfg_);
+    b_.rms_norm_rows(y, &w_.norm, cfg_.rms_norm_eps);
+    const Mat logits = b_.to_host(b_.linear(y, w_.head));
+    b_.end_step(step);
+    std::vector<Mat> out;
+    int64_t at = 0;
+    for (const SequenceChunk& ch : chunks) {
+      const int64_t count = ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : 1;
+      Mat m(count, cfg_.vocab_size);
+      std::copy(logits.row(at), logits.row(at) + count * cfg_.vocab_size, m.v.begin());
+      at += count;
+      out.push_back(std::move(m));
+    }
+    return out;
+  }
+
+ private:
+  // Shared-KV MQA with sinks over the sliding window plus compressed entries (paper §2.3).
+  Tensor attention(int64_t layer, const Tensor& x, const Step& step) {
+    const AttentionWeights& w = w_.layers[static_cast<size_t>(layer)].attn;
+    const int64_t hd = cfg_.head_dim;
+    const RopeTable& rope =
+        cfg_.layer_types[static_cast<size_t>(layer)] == AttentionType::Sliding ? rope_main_ : rope_compress_;
+
+    Tensor q_residual = b_.linear(x, w.wq_a);
+    b_.rms_norm_rows(q_residual, &w.q_norm, cfg_.rms_norm_eps);
+    Tensor q = b_.linear(q_residual, w.wq_b);
+    b_.head_rms_norm(q, hd, cfg_.rms_norm_eps);
+    b_.rope(q, hd, rope, step, false);
+    Tensor kv = b_.linear(x, w.wkv);
+    b_.rms_norm_rows(kv, &w.kv_norm, cfg_.rms_norm_eps);
+    b_.rope(kv, hd, rope, step, false);
+
+    if (w.compressor)
+      b_.compress(*w.compressor, b_.linear(x, w.compressor->wkv), b_.linear(x, w.compressor->wgate), step, layer,
+                  CompressorSlot::Attention, rope_compress_, cfg_.rms_norm_eps);
+    typename B::Picks picks{};
+    if (w.indexer) {
+      // Lightning Indexer (paper §2.3.1 eqs. 13–17): its own compressor, then per-query scores and top-k.
+      const IndexerWeights& iw = *w.indexer;
+      b_.compress(iw.compressor, b_.linear(x, iw.compressor.wkv), b_.linear(x, iw.compressor.wgate), step, layer,
+                  CompressorSlot::Indexer, rope_compress_, cfg_.rms_norm_eps);
+      Tensor iq = b_.linear(q_residual, iw.wq_b);
+      b_.rope(iq, cfg_.index_head_dim, rope_compress_, step, false);
+      picks = b_.indexer_topk(iq, b_.linear(x, iw.weights_proj), step, layer, cfg_);
+    }
+    const AttentionKeys keys = w.indexer ? AttentionKeys::WindowAndPicked
+                               : w.compressor ? AttentionKeys::WindowAndAllEntries
+                                              : AttentionKeys::Window;
+    Tensor out = b_.sparse_attention(q, kv, w.attn_sink, keys, picks, step, layer, cfg_);
+    // K = V carries RoPE, so rotate the output back by its own position (relative positions only).
+    b_.rope(out, hd, rope, step, true);
+    b_.update_window(kv, step, layer, cfg_.sliding_window);
+
+    // Grouped output projection: each group of heads → o_lora_rank, then one mix to hidden.
+    return b_.linear(b_.grouped_linear(out, w.wo_a, cfg_.o_groups), w.wo_b);
+  }
+
+  // MoE (paper §2.1): hash layers take experts from tid2eid[token]; others the top-k of score + bias. Either way
+  // the weights are the selected scores, normalised, times the routed scaling factor; a shared expert adds.
+  Tensor moe(const MoeWeights& w, const Tensor& x, const Step& step) {
+    const auto routing = b_.route(b_.linear(x, w.gate), w, step.rows.tokens, cfg_);
+    return b_.experts(x, routing, w, cfg_);
+  }
+
+  const ModelConfig& cfg_;
+  const ModelWeights& w_;
+  const RopeTable& rope_main_;
+  const RopeTable& rope_compress_;
+  B& b_;
+};
+
+}  // namespace strata::model::v4
