@@ -52,7 +52,7 @@ class OfflineRun {
     for (;;) {
       admit();
       write_ready();
-      if (progress_) progress_->update(written_, summary_.generated_tokens);
+      if (progress_) progress_->update(summary_.succeeded + summary_.failed, summary_.generated_tokens);
       if (in_engine_ == 0 && next_line_ >= lines_.size()) break;
       const std::vector<engine::TokenEvent> events = engine_.step();
       if (events.empty() && !engine_.has_unfinished())

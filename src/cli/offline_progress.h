@@ -19,7 +19,7 @@ class OfflineProgress {
 
   // Restarts the clock (the batch begins now, after the model has loaded).
   void start();
-  // Records written so far and tokens generated so far. Cheap when nothing is due.
+  // Requests finished so far (their records may wait for earlier lines) and tokens generated. Cheap when nothing is due.
   void update(int64_t done, int64_t generated_tokens);
   // The last progress line, then the summary.
   void finish(const OfflineSummary& summary);
