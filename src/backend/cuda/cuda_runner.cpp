@@ -69,7 +69,13 @@ class CudaRunner : public ForwardRunner {
 
 }  // namespace
 
-std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts& parts) { return std::make_unique<CudaRunner>(parts); }
+std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts& parts) {
+  int devices = 0;
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0)
+    fail("--device cuda: no usable CUDA device (", e != cudaSuccess ? cudaGetErrorString(e) : "none found", ")");
+  return std::make_unique<CudaRunner>(parts);
+}
 
 std::string cuda_device_name() {
   int device = 0;
