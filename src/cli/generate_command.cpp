@@ -37,10 +37,11 @@ namespace strata::cli {
 
 namespace {
 
-constexpr const char* kHelp = R"(strata generate — run token ids through a DeepSeek-V4 checkpoint on the CPU.
+constexpr const char* kHelp = R"(strata generate — run token ids through a DeepSeek-V4 checkpoint on the CPU or a GPU.
 
 options:
   --model DIR          checkpoint directory (config.json + safetensors)
+  --device cpu|cuda    the backend (default cpu)
   --prompt-ids IDS     comma-separated prompt token ids, e.g. 5,6,7
   --prompt TEXT        a text prompt (BOS per the tokenizer config; special-token spellings stay plain text
                        unless --parse-special); prints the generated text
@@ -77,6 +78,7 @@ engine as `strata serve` (continuous batching, chunked prefill), one JSON result
 
 options:
   --model DIR                checkpoint directory with tokenizer.json + tokenizer_config.json
+  --device cpu|cuda          the backend (default cpu)
   --input FILE               requests, one JSON object a line ("-" reads stdin):
                                a request body: chat if it has "messages", completions ("prompt") otherwise, with
                                an optional "custom_id" (or "id"), a string or number, carried to the result:
@@ -224,7 +226,7 @@ std::vector<std::string> read_lines(const std::string& path) {
 
 int offline_generate(const std::vector<std::string>& argv) {
   const Args args(argv,
-                  {"model", "input", "output", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "state-memory",
+                  {"model", "device", "input", "output", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "state-memory",
                    "max-n", "served-model-name", "progress-interval", "summary"},
                   {"help"});
   if (args.has("help")) {
@@ -242,7 +244,7 @@ int offline_generate(const std::vector<std::string>& argv) {
 
   const std::vector<std::string> lines = read_lines(input);
   const text::Tokenizer tokenizer = text::Tokenizer::load(dir);
-  const model::v4::Model model = model::v4::load_model(dir);
+  const model::v4::Model model = model::v4::load_model(dir, model::v4::parse_device(args.str("device", "cpu")));
   const model::ModelConfig& mc = model.config();
   if (tokenizer.vocab_size() > mc.vocab_size)
     fail("--model ", dir, ": the tokenizer has ids up to ", tokenizer.vocab_size() - 1, " but the model's vocab_size is ",
@@ -298,7 +300,7 @@ int generate_command(const std::vector<std::string>& argv) {
            "Debian libboost-dev, was missing)");
 #endif
     }
-  const Args args(argv, {"model", "prompt-ids", "prompt", "chat", "max-tokens", "temperature", "top-p", "top-k", "min-p", "repetition-penalty",
+  const Args args(argv, {"model", "device", "prompt-ids", "prompt", "chat", "max-tokens", "temperature", "top-p", "top-k", "min-p", "repetition-penalty",
                    "presence-penalty", "frequency-penalty", "seed", "chunk", "dump-logits", "dump-hidden"},
                   {"help", "ignore-eos", "parse-special"});
   if (args.has("help")) {
@@ -322,7 +324,7 @@ int generate_command(const std::vector<std::string>& argv) {
   const int64_t chunk = args.integer("chunk", 0);
   if (chunk < 0) fail("option --chunk: expected a positive chunk size, found ", chunk);
 
-  const model::v4::Model m = model::v4::load_model(dir);
+  const model::v4::Model m = model::v4::load_model(dir, model::v4::parse_device(args.str("device", "cpu")));
   const int64_t vocab = m.config().vocab_size;
   try {
     sampling.validate(vocab);
@@ -333,7 +335,8 @@ int generate_command(const std::vector<std::string>& argv) {
     if (id >= vocab)
       fail("option --", input.option, ": token id ", id, " is outside the model's vocabulary [0, ", vocab, ")");
   const bool dump = args.has("dump-logits");
-  model::v4::SequenceState state = m.new_sequence();
+  model::v4::SequenceState state =
+      m.new_sequence(nullptr, static_cast<int64_t>(prompt.size()) + std::max<int64_t>(sampling.max_tokens, 1));
 
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();

@@ -1,5 +1,7 @@
 #include "engine/async_engine.h"
 
+#include <cstdio>
+
 #include "core/error.h"
 
 namespace strata::engine {
@@ -70,7 +72,21 @@ void AsyncEngine::loop() {
       }
       for (const std::string& id : all) engine_.abort(id);
     }
-    const std::vector<TokenEvent> events = engine_.step();
+    std::vector<TokenEvent> events;
+    try {
+      events = engine_.step();
+    } catch (const std::exception& e) {
+      // A failed step (a device error, memory) leaves the state of its sequences undefined: abort every request
+      // (each gets its finish event from the next step) and keep serving the ones that come after.
+      std::vector<std::string> all;
+      {
+        std::lock_guard lock(mu_);
+        for (const auto& [id, p] : requests_) all.push_back(id);
+      }
+      std::fprintf(stderr, "strata: engine step failed (%s); aborting %zu request(s)\n", e.what(), all.size());
+      for (const std::string& id : all) engine_.abort(id);
+      continue;
+    }
     for (const TokenEvent& ev : events) {
       Callback cb;
       {

@@ -27,6 +27,8 @@ class CpuBackend {
 
   void begin_step(const model::v4::Step& step);
   void end_step(const model::v4::Step&) {}
+  void begin_layer() {}
+  void end_layer() {}
   Mat to_host(const Mat& x) const { return x; }
 
   // Row r of the result holds `copies` copies of token r's embedding row.

@@ -34,6 +34,17 @@ void* Scratch::bytes(size_t n) {
   return p;
 }
 
+Scratch::Mark Scratch::mark() const {
+  if (current_ == blocks_.size()) return {current_, 0};
+  return {current_, blocks_[current_].used};
+}
+
+void Scratch::release(const Mark& m) {
+  for (size_t b = m.block + 1; b < blocks_.size(); ++b) blocks_[b].used = 0;
+  if (m.block < blocks_.size()) blocks_[m.block].used = m.used;
+  current_ = m.block;
+}
+
 void Scratch::reset() {
   for (Block& b : blocks_) b.used = 0;
   current_ = 0;
@@ -146,8 +157,9 @@ const int32_t* DeviceWeights::ints(const std::vector<int32_t>& v) const {
 // --- Backend ----------------------------------------------------------------------------------------------------
 
 CudaBackend::CudaBackend(const DeviceWeights& weights, Gemm& gemm, Scratch& scratch,
-                         const std::vector<LayerOffsets>& layout, const ModelConfig& cfg, cudaStream_t stream)
-    : weights_(weights), gemm_(gemm), scratch_(scratch), layout_(layout), cfg_(cfg), stream_(stream) {}
+                         const std::vector<LayerOffsets>& layout, const ModelConfig& cfg,
+                         const std::vector<const RopeTable*>& ropes, cudaStream_t stream)
+    : weights_(weights), gemm_(gemm), scratch_(scratch), layout_(layout), cfg_(cfg), ropes_(ropes), stream_(stream) {}
 
 template <typename T>
 T* CudaBackend::upload(const std::vector<T>& host) {
@@ -162,6 +174,7 @@ static CompressorState& compressor_of(LayerState& ls, CompressorSlot slot) {
 }
 
 void CudaBackend::begin_step(const Step& step) {
+  if (step.rows.chunks() == 0) fail("CUDA forward: an empty batch");
   scratch_.reset();
   rope_rows_.clear();
   work_.clear();
@@ -177,6 +190,12 @@ void CudaBackend::begin_step(const Step& step) {
   rows_.rows = n;
   rows_.chunks = chunks;
   tokens_ = upload(r.tokens);
+  for (const RopeTable* table : ropes_) {
+    const int64_t half = table->half();
+    std::vector<float> c(static_cast<size_t>(n * half)), sn(c.size());
+    for (int64_t i = 0; i < n; ++i) table->cos_sin(r.position[i], c.data() + i * half, sn.data() + i * half);
+    rope_rows_[table] = {upload(c), upload(sn)};
+  }
 
   std::vector<float*> bases(static_cast<size_t>(chunks));
   for (int64_t c = 0; c < chunks; ++c) {
@@ -299,14 +318,9 @@ void CudaBackend::head_rms_norm(Tensor& x, int64_t head_dim, double eps) {
   cuda::rms_norm(x.data, nullptr, x.data, x.rows * (x.cols / head_dim), head_dim, static_cast<float>(eps), stream_);
 }
 
-void CudaBackend::rope(Tensor& x, int64_t head_dim, const RopeTable& table, const Step& step, bool inverse) {
-  auto it = rope_rows_.find(&table);
-  if (it == rope_rows_.end()) {
-    const int64_t n = step.rows.rows(), half = table.half();
-    std::vector<float> c(static_cast<size_t>(n * half)), s(c.size());
-    for (int64_t r = 0; r < n; ++r) table.cos_sin(step.rows.position[r], c.data() + r * half, s.data() + r * half);
-    it = rope_rows_.emplace(&table, std::make_pair(upload(c), upload(s))).first;
-  }
+void CudaBackend::rope(Tensor& x, int64_t head_dim, const RopeTable& table, const Step&, bool inverse) {
+  const auto it = rope_rows_.find(&table);
+  if (it == rope_rows_.end()) fail("CUDA rope: a RoPE table the backend was not given");
   const int64_t half = table.half();
   rope_interleaved(x.data, x.rows, x.cols / head_dim, head_dim, head_dim - 2 * half, half, it->second.first,
                    it->second.second, inverse, stream_);

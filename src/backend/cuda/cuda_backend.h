@@ -30,6 +30,12 @@ class Scratch {
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   void* bytes(size_t n);
+  // Everything allocated after mark() is freed by release(mark) (a stack inside the step).
+  struct Mark {
+    size_t block = 0, used = 0;
+  };
+  Mark mark() const;
+  void release(const Mark& m);
   template <typename T>
   T* alloc(int64_t count) {
     return static_cast<T*>(bytes(static_cast<size_t>(count) * sizeof(T)));
@@ -104,10 +110,12 @@ class CudaBackend {
   };
 
   CudaBackend(const DeviceWeights& weights, Gemm& gemm, Scratch& scratch, const std::vector<LayerOffsets>& layout,
-              const model::ModelConfig& cfg, cudaStream_t stream);
+              const model::ModelConfig& cfg, const std::vector<const model::v4::RopeTable*>& ropes, cudaStream_t stream);
 
   void begin_step(const model::v4::Step& step);
   void end_step(const model::v4::Step& step);
+  void begin_layer() { layer_mark_ = scratch_.mark(); }
+  void end_layer() { scratch_.release(layer_mark_); }
   Mat to_host(const Tensor& x) const;
 
   Tensor embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies);
@@ -152,7 +160,9 @@ class CudaBackend {
   Scratch& scratch_;
   const std::vector<LayerOffsets>& layout_;
   const model::ModelConfig& cfg_;
+  std::vector<const model::v4::RopeTable*> ropes_;  // cos/sin rows of each are uploaded in begin_step
   cudaStream_t stream_;
+  Scratch::Mark layer_mark_;
 
   // This step's layout on the device.
   StepLayout rows_;

@@ -40,7 +40,7 @@ class CudaRunner : public ForwardRunner {
   }
 
   std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe) override {
-    cuda::CudaBackend backend(weights_, gemm_, scratch_, layout_, p_.cfg, nullptr);
+    cuda::CudaBackend backend(weights_, gemm_, scratch_, layout_, p_.cfg, {&p_.rope_main, &p_.rope_compress}, nullptr);
     return Forward<cuda::CudaBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend).run(chunks, observe);
   }
 

@@ -86,7 +86,8 @@ __global__ void hc_pre_kernel(const float* streams, const float* fn, const float
       for (int64_t j = 0; j < hc; ++j) s += expf(comb[i * hc + j] - m);
       for (int64_t j = 0; j < hc; ++j) comb[i * hc + j] = expf(comb[i * hc + j] - m) / s + hc_eps;
     }
-    for (int64_t it = 0; it < sinkhorn_iters; ++it) {
+    // Sinkhorn-Knopp as the CPU reference: columns once, then (rows, columns) sinkhorn_iters − 1 times.
+    for (int64_t it = 0; it < (sinkhorn_iters > 1 ? sinkhorn_iters : 1); ++it) {
       if (it > 0)
         for (int64_t i = 0; i < hc; ++i) {
           float s = 0.0f;
@@ -108,19 +109,21 @@ __global__ void hc_pre_kernel(const float* streams, const float* fn, const float
   }
 }
 
+// One block per row (rows may exceed the 65,535 limit of a grid's y dimension), threads over the hidden size.
 __global__ void hc_post_kernel(const float* mix, const float* block_out, float* streams, int64_t hc, int64_t d) {
-  const int64_t r = blockIdx.y, e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (e >= d) return;
+  const int64_t r = blockIdx.x;
   const float* post = mix + r * (hc + hc * hc);
   const float* comb = post + hc;
   float* x = streams + r * hc * d;
-  float old[8];  // hc ≤ 8 (checked by the launcher)
-  for (int64_t j = 0; j < hc; ++j) old[j] = x[j * d + e];
-  const float out = block_out[r * d + e];
-  for (int64_t k = 0; k < hc; ++k) {
-    float acc = 0.0f;
-    for (int64_t j = 0; j < hc; ++j) acc += comb[j * hc + k] * old[j];
-    x[k * d + e] = post[k] * out + acc;
+  for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
+    float old[8];  // hc ≤ 8 (checked by the launcher)
+    for (int64_t j = 0; j < hc; ++j) old[j] = x[j * d + e];
+    const float out = block_out[r * d + e];
+    for (int64_t k = 0; k < hc; ++k) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < hc; ++j) acc += comb[j * hc + k] * old[j];
+      x[k * d + e] = post[k] * out + acc;
+    }
   }
 }
 
@@ -429,11 +432,12 @@ __global__ void swiglu_kernel(const float* gate, const float* up, __nv_bfloat16*
 
 __global__ void moe_combine_kernel(const float* base, const float* routed, const int32_t* slot, const float* weight,
                                    float* out, int64_t k, int64_t d) {
-  const int64_t r = blockIdx.y, c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= d) return;
-  float acc = 0.0f;
-  for (int64_t j = 0; j < k; ++j) acc += routed[static_cast<int64_t>(slot[r * k + j]) * d + c] * weight[r * k + j];
-  out[r * d + c] = acc + (base ? base[r * d + c] : 0.0f);
+  const int64_t r = blockIdx.x;
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < k; ++j) acc += routed[static_cast<int64_t>(slot[r * k + j]) * d + c] * weight[r * k + j];
+    out[r * d + c] = acc + (base ? base[r * d + c] : 0.0f);
+  }
 }
 
 }  // namespace
@@ -466,7 +470,7 @@ void hc_post(const float* mix, const float* block_out, float* streams, int64_t r
              cudaStream_t stream) {
   if (rows == 0) return;
   if (hc > 8) fail("hc_post: hc_mult ", hc, " above the CUDA backend's limit of 8");
-  hc_post_kernel<<<dim3(blocks_for(d), static_cast<unsigned>(rows)), kThreads, 0, stream>>>(mix, block_out, streams, hc, d);
+  hc_post_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(mix, block_out, streams, hc, d);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
@@ -560,8 +564,7 @@ void swiglu(const float* gate, const float* up, __nv_bfloat16* h, int64_t n, flo
 void moe_combine(const float* base, const float* routed, const int32_t* slot, const float* weight, float* out,
                  int64_t rows, int64_t k, int64_t d, cudaStream_t stream) {
   if (rows == 0) return;
-  moe_combine_kernel<<<dim3(blocks_for(d), static_cast<unsigned>(rows)), kThreads, 0, stream>>>(base, routed, slot,
-                                                                                                weight, out, k, d);
+  moe_combine_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(base, routed, slot, weight, out, k, d);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 

@@ -34,6 +34,7 @@ class Forward {
       : cfg_(cfg), w_(w), rope_main_(rope_main), rope_compress_(rope_compress), b_(backend) {}
 
   std::vector<Mat> run(std::vector<SequenceChunk>& chunks, const LayerObserver& observe) {
+    if (chunks.empty()) return {};
     Step step{make_step_rows(cfg_, chunks), &chunks};
     b_.begin_step(step);
     const int64_t hc = cfg_.hc_mult;
@@ -41,6 +42,7 @@ class Forward {
     Tensor streams = b_.embed(w_.embed, step.rows.tokens, hc);
     for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
       const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
+      b_.begin_layer();  // a layer's temporaries live until end_layer; the streams carry everything onward
       Tensor x;
       auto mix = b_.hc_pre(lw.hc_attn, streams, x, cfg_);
       b_.rms_norm_rows(x, &lw.attn_norm, cfg_.rms_norm_eps);
@@ -48,6 +50,7 @@ class Forward {
       mix = b_.hc_pre(lw.hc_ffn, streams, x, cfg_);
       b_.rms_norm_rows(x, &lw.ffn_norm, cfg_.rms_norm_eps);
       b_.hc_post(mix, moe(lw.ffn, x, step), streams);
+      b_.end_layer();
       if (observe) observe(l, b_.to_host(streams));
     }
     for (SequenceChunk& ch : chunks) ch.state->num_tokens += static_cast<int64_t>(ch.tokens.size());
