@@ -33,6 +33,21 @@ __device__ float block_sum(float v) {
 
 __device__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+// out[i] = fn[i] · rmsnorm(x) for i < n (fn rows of `width`), as the block's total; thread 0's out holds the result.
+// The mHC mixes (hc_pre) and the HyperHead both start this way.
+__device__ void normalized_mixes(const float* x, const float* fn, int64_t width, int64_t n, float eps, float* out) {
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) ss += x[c] * x[c];
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(width) + eps);
+  for (int64_t i = 0; i < n; ++i) {
+    float acc = 0.0f;
+    for (int64_t c = threadIdx.x; c < width; c += blockDim.x) acc += fn[i * width + c] * (x[c] * inv);
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) out[i] = acc;
+  }
+  __syncthreads();
+}
+
 __device__ const float* entry_address(const EntryTable& t, int64_t chunk, int64_t n) {
   const int32_t page = t.pages[chunk * t.max_pages + n / t.per_page];
   return t.arena + static_cast<int64_t>(page) * t.page_floats + (n % t.per_page) * t.dim;
@@ -62,16 +77,7 @@ __global__ void hc_pre_kernel(const float* streams, const float* fn, const float
   float* pre = sh + (2 + hc) * hc;  // [hc]
   const int64_t r = blockIdx.x, width = hc * d, mix_n = (2 + hc) * hc;
   const float* x = streams + r * width;
-  float ss = 0.0f;
-  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) ss += x[c] * x[c];
-  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(width) + norm_eps);
-  for (int64_t i = 0; i < mix_n; ++i) {
-    float acc = 0.0f;
-    for (int64_t c = threadIdx.x; c < width; c += blockDim.x) acc += fn[i * width + c] * (x[c] * inv);
-    acc = block_sum(acc);
-    if (threadIdx.x == 0) mix[i] = acc;
-  }
-  __syncthreads();
+  normalized_mixes(x, fn, width, mix_n, norm_eps, mix);
   if (threadIdx.x == 0) {
     float* post = mix_out + r * (hc + hc * hc);
     float* comb = post + hc;
@@ -132,15 +138,9 @@ __global__ void hyper_head_kernel(const float* streams, const int32_t* rows, con
   __shared__ float pre[8];
   const int64_t width = hc * d;
   const float* x = streams + static_cast<int64_t>(rows[blockIdx.x]) * width;
-  float ss = 0.0f;
-  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) ss += x[c] * x[c];
-  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(width) + norm_eps);
-  for (int64_t h = 0; h < hc; ++h) {
-    float acc = 0.0f;
-    for (int64_t c = threadIdx.x; c < width; c += blockDim.x) acc += fn[h * width + c] * (x[c] * inv);
-    acc = block_sum(acc);
-    if (threadIdx.x == 0) pre[h] = sigmoidf(acc * scale[0] + base[h]) + hc_eps;
-  }
+  normalized_mixes(x, fn, width, hc, norm_eps, pre);
+  if (threadIdx.x == 0)
+    for (int64_t h = 0; h < hc; ++h) pre[h] = sigmoidf(pre[h] * scale[0] + base[h]) + hc_eps;
   __syncthreads();
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
     float acc = 0.0f;
