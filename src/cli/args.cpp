@@ -1,7 +1,9 @@
 #include "cli/args.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 
@@ -79,6 +81,31 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& o
     start = comma + 1;
   }
   return ids;
+}
+
+int64_t parse_byte_count(const std::string& text, const std::string& option) {
+  size_t end = 0;
+  while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+  if (end == 0) fail("option --", option, ": expected a byte count such as 2GiB or 536870912, found '", text, "'");
+  std::string suffix = text.substr(end);
+  for (char& ch : suffix) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (!suffix.empty() && suffix.back() == 'B') suffix.pop_back();
+  if (!suffix.empty() && suffix.back() == 'I') suffix.pop_back();
+  int shift = 0;
+  if (suffix == "K") shift = 10;
+  else if (suffix == "M") shift = 20;
+  else if (suffix == "G") shift = 30;
+  else if (suffix == "T") shift = 40;
+  else if (!suffix.empty()) fail("option --", option, ": unknown size suffix in '", text, "' (use K, M, G or T)");
+  const long double value = std::stold(text.substr(0, end)) * static_cast<long double>(1ull << shift);
+  if (value > 9.0e18L) fail("option --", option, ": '", text, "' is too large");
+  return static_cast<int64_t>(value);
+}
+
+int64_t positive_integer(const Args& args, const std::string& name, int64_t fallback) {
+  const int64_t v = args.integer(name, fallback);
+  if (v < 1) fail("option --", name, ": expected a positive integer, found ", v);
+  return v;
 }
 
 }  // namespace strata::cli

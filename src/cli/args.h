@@ -26,4 +26,10 @@ class Args {
 
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& option);
 
+// "2GiB", "512M", "1000000": binary suffixes K/Ki, M/Mi, G/Gi, T/Ti (powers of 1024), an optional trailing B.
+int64_t parse_byte_count(const std::string& text, const std::string& option);
+
+// The integer option `name`, which must be ≥ 1.
+int64_t positive_integer(const Args& args, const std::string& name, int64_t fallback);
+
 }  // namespace strata::cli

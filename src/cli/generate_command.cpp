@@ -186,30 +186,6 @@ void print_output(const Prompt& p, const std::vector<int32_t>& generated) {
 }
 
 #ifdef STRATA_WITH_SERVER
-// "2GiB", "512M", "1000000": binary suffixes K/Ki, M/Mi, G/Gi, T/Ti, an optional trailing B (as strata serve).
-int64_t parse_bytes(const std::string& text, const std::string& option) {
-  size_t end = 0;
-  while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
-  if (end == 0) fail("option --", option, ": expected a byte count such as 2GiB or 536870912, found '", text, "'");
-  std::string suffix = text.substr(end);
-  for (char& ch : suffix) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  if (!suffix.empty() && suffix.back() == 'B') suffix.pop_back();
-  if (!suffix.empty() && suffix.back() == 'I') suffix.pop_back();
-  const std::string units = "KMGT";
-  const size_t unit = suffix.empty() ? std::string::npos : units.find(suffix);
-  if (!suffix.empty() && (suffix.size() != 1 || unit == std::string::npos))
-    fail("option --", option, ": unknown size suffix in '", text, "' (use K, M, G or T)");
-  const long double value =
-      std::stold(text.substr(0, end)) * static_cast<long double>(1ull << (unit == std::string::npos ? 0 : 10 * (unit + 1)));
-  if (value > 9.0e18L) fail("option --", option, ": '", text, "' is too large");
-  return static_cast<int64_t>(value);
-}
-
-int64_t positive(const Args& args, const std::string& name, int64_t fallback) {
-  const int64_t v = args.integer(name, fallback);
-  if (v < 1) fail("option --", name, ": expected a positive integer, found ", v);
-  return v;
-}
 
 std::vector<std::string> read_lines(const std::string& path) {
   std::ifstream file;
@@ -234,10 +210,10 @@ int offline_generate(const std::vector<std::string>& argv) {
     return 0;
   }
   const std::string dir = args.required("model"), input = args.required("input"), output = args.required("output");
-  const int64_t max_num_seqs = positive(args, "max-num-seqs", 256);
-  const int64_t max_batched = positive(args, "max-num-batched-tokens", 2048);
-  const int64_t max_n = positive(args, "max-n", 16);
-  const int64_t state_bytes = args.has("state-memory") ? parse_bytes(args.str("state-memory"), "state-memory") : 0;
+  const int64_t max_num_seqs = positive_integer(args, "max-num-seqs", 256);
+  const int64_t max_batched = positive_integer(args, "max-num-batched-tokens", 2048);
+  const int64_t max_n = positive_integer(args, "max-n", 16);
+  const int64_t state_bytes = args.has("state-memory") ? parse_byte_count(args.str("state-memory"), "state-memory") : 0;
   if (args.has("state-memory") && state_bytes < 1) fail("option --state-memory: expected a positive byte count");
   const double interval = args.number("progress-interval", 5.0);
   if (!(interval > 0)) fail("option --progress-interval: expected seconds > 0, found ", interval);

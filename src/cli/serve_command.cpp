@@ -54,31 +54,6 @@ example:
   curl localhost:8000/v1/chat/completions -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":8}'
 )";
 
-// "2GiB", "512M", "1000000": binary suffixes K/Ki, M/Mi, G/Gi, T/Ti (powers of 1024), an optional trailing B.
-int64_t parse_bytes(const std::string& text, const std::string& option) {
-  size_t end = 0;
-  while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
-  if (end == 0) fail("option --", option, ": expected a byte count such as 2GiB or 536870912, found '", text, "'");
-  std::string suffix = text.substr(end);
-  for (char& ch : suffix) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  if (!suffix.empty() && suffix.back() == 'B') suffix.pop_back();
-  if (!suffix.empty() && suffix.back() == 'I') suffix.pop_back();
-  int shift = 0;
-  if (suffix == "K") shift = 10;
-  else if (suffix == "M") shift = 20;
-  else if (suffix == "G") shift = 30;
-  else if (suffix == "T") shift = 40;
-  else if (!suffix.empty()) fail("option --", option, ": unknown size suffix in '", text, "' (use K, M, G or T)");
-  const long double value = std::stold(text.substr(0, end)) * static_cast<long double>(1ull << shift);
-  if (value > 9.0e18L) fail("option --", option, ": '", text, "' is too large");
-  return static_cast<int64_t>(value);
-}
-
-int64_t positive(const Args& args, const std::string& name, int64_t fallback) {
-  const int64_t v = args.integer(name, fallback);
-  if (v < 1) fail("option --", name, ": expected a positive integer, found ", v);
-  return v;
-}
 
 }  // namespace
 
@@ -95,16 +70,16 @@ int serve_command(const std::vector<std::string>& argv) {
   const model::v4::Device device = model::v4::parse_device(args.str("device", "cpu"));
   const int64_t port = args.integer("port", 8000);
   if (port < 0 || port > 65535) fail("option --port: expected 0..65535, found ", port);
-  const int64_t max_num_seqs = positive(args, "max-num-seqs", 64);
+  const int64_t max_num_seqs = positive_integer(args, "max-num-seqs", 64);
   const double grace_s = args.number("shutdown-grace", 30.0);
   if (!(grace_s >= 0)) fail("option --shutdown-grace: expected seconds ≥ 0, found ", grace_s);
   const double idle_s = args.number("idle-timeout", 300.0);
   if (!(idle_s > 0)) fail("option --idle-timeout: expected seconds > 0, found ", idle_s);
-  const int64_t state_bytes = args.has("state-memory") ? parse_bytes(args.str("state-memory"), "state-memory") : 0;
+  const int64_t state_bytes = args.has("state-memory") ? parse_byte_count(args.str("state-memory"), "state-memory") : 0;
   if (args.has("state-memory") && state_bytes < 1) fail("option --state-memory: expected a positive byte count");
-  const int64_t max_batched = positive(args, "max-num-batched-tokens", 2048);
-  const int64_t max_body = positive(args, "max-body-bytes", 8 << 20);
-  const int64_t max_n = positive(args, "max-n", 16);
+  const int64_t max_batched = positive_integer(args, "max-num-batched-tokens", 2048);
+  const int64_t max_body = positive_integer(args, "max-body-bytes", 8 << 20);
+  const int64_t max_n = positive_integer(args, "max-n", 16);
 
   // Block the shutdown signals before any thread starts, so every thread inherits the mask and only the
   // sigtimedwait below receives them.
