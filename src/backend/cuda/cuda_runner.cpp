@@ -52,6 +52,10 @@ class CudaRunner : public ForwardRunner {
     s.device_state = std::shared_ptr<float>(block, [](float* b) { cudaFree(b); });
   }
 
+  void copy_floats(float* dst, const float* src, int64_t n) override {
+    STRATA_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice));
+  }
+
   std::shared_ptr<float> allocate_entry_storage(int64_t floats) override {
     float* d = nullptr;
     STRATA_CUDA_CHECK(cudaMalloc(&d, static_cast<size_t>(floats) * sizeof(float)));

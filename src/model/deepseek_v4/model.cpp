@@ -83,6 +83,7 @@ class CpuRunner : public ForwardRunner {
   std::shared_ptr<float> allocate_entry_storage(int64_t floats) override {
     return std::shared_ptr<float>(new float[static_cast<size_t>(floats)](), std::default_delete<float[]>());
   }
+  void copy_floats(float* dst, const float* src, int64_t n) override { std::copy(src, src + n, dst); }
 
  private:
   const Model::Parts& p_;
@@ -166,6 +167,40 @@ int64_t Model::pages_for_tokens(int64_t tokens, int64_t page_floats) const {
         pages += (entries + per_page - 1) / per_page;
       }
   return pages;
+}
+
+bool Model::copy_state(const SequenceState& from, SequenceState& to) const {
+  if (from.layers.size() != to.layers.size() || &from == &to) fail("copy_state: states of different models");
+  to.reset();
+  for (size_t l = 0; l < from.layers.size(); ++l) {
+    const LayerState& a = from.layers[l];
+    LayerState& b = to.layers[l];
+    b.swa = a.swa;  // host buffers (empty on a GPU, whose buffers are in the device block below)
+    for (auto [src, dst] : {std::pair{&a.compressor, &b.compressor}, std::pair{&a.indexer, &b.indexer}}) {
+      if (!src->rate) continue;
+      if (!dst->ensure_room(src->n_entries)) {
+        to.reset();
+        return false;
+      }
+      const int64_t per_page = src->entries_per_page();
+      for (size_t p = 0; p * per_page < static_cast<size_t>(src->n_entries); ++p) {
+        const int64_t entries = std::min<int64_t>(per_page, src->n_entries - static_cast<int64_t>(p) * per_page);
+        runner_->copy_floats(dst->arena->page(dst->pages[p]), src->arena->page(src->pages[p]), entries * src->dim);
+      }
+      dst->pending_kv = src->pending_kv;
+      dst->pending_gate = src->pending_gate;
+      dst->overlap_kv = src->overlap_kv;
+      dst->overlap_gate = src->overlap_gate;
+      dst->n_entries = src->n_entries;
+      dst->n_pending = src->n_pending;
+      dst->has_overlap = src->has_overlap;
+    }
+  }
+  if (from.device_state && to.device_state)
+    runner_->copy_floats(static_cast<float*>(to.device_state.get()), static_cast<const float*>(from.device_state.get()),
+                         fixed_state_floats());
+  to.num_tokens = from.num_tokens;
+  return true;
 }
 
 Mat Model::forward(const std::vector<int32_t>& tokens, SequenceState& state, bool all_logits,

@@ -31,6 +31,8 @@ class ForwardRunner {
   virtual void init_state(SequenceState& state) = 0;
   // Storage for `floats` floats of compressed entries on the backend's device (EntryPageArena pages).
   virtual std::shared_ptr<float> allocate_entry_storage(int64_t floats) = 0;
+  // dst[0, n) = src[0, n) for memory of this backend's device (entry pages, device state).
+  virtual void copy_floats(float* dst, const float* src, int64_t n) = 0;
 };
 
 class Model {
@@ -51,6 +53,11 @@ class Model {
   int64_t fixed_state_floats() const;
   // Compressed-entry pages a sequence of `tokens` tokens holds in total (from empty).
   int64_t pages_for_tokens(int64_t tokens, int64_t page_floats = EntryPageArena::kDefaultPageFloats) const;
+
+  // Makes `to` (a state of this model) continue exactly where `from` is: the fork of a sequence, e.g. several
+  // completions of one prompt, or a benchmark's many sequences at one context length. Entries are copied into
+  // pages of `to`'s own arena; false (and `to` left reset) when that arena lacks the pages.
+  bool copy_state(const SequenceState& from, SequenceState& to) const;
 
   // Runs `tokens` at positions state.num_tokens, state.num_tokens + 1, … and advances the state.
   // Returns logits [tokens.size(), vocab] when all_logits, else only the last token's [1, vocab].
