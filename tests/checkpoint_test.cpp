@@ -483,5 +483,29 @@ TEST(Checkpoint, CliBrokenCheckpoint) {
   EXPECT_TRUE(has(r.out, "layers.0.attn.bogus.weight")) << r.out;
 }
 
+// strata bench --batch: forks a prefilled sequence into B and times batched decode steps; one row per (context,
+// batch) with positive timings, and B / step tokens per second.
+TEST(Checkpoint, CliBenchBatchedDecode) {
+  const TinyCheckpoint t = make_tiny("cli_bench");
+  const RunResult r = run_strata("bench --model " + quoted(t.dir) +
+                                     " --prompt-len 8 --decode-tokens 2 --repeats 1 --batch 1,3 --context 9,140 --chunk 64",
+                                 "bench", false);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["batched_decode"].size(), 2u);
+  for (const auto& ctx : j["batched_decode"]) {
+    ASSERT_EQ(ctx["decode"].size(), 2u);
+    for (const auto& row : ctx["decode"]) {
+      EXPECT_GT(row["step_ms_median"].get<double>(), 0.0);
+      EXPECT_NEAR(row["tokens_per_s"].get<double>(),
+                  row["batch"].get<double>() * row["tokens_per_s_per_user"].get<double>(), 1e-6);
+    }
+  }
+  EXPECT_EQ(j["batched_decode"][1]["context"], 140);
+  const RunResult bad = run_strata("bench --model " + quoted(t.dir) + " --batch 0", "bench_bad", true);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_TRUE(has(bad.out, "--batch")) << bad.out;
+}
+
 }  // namespace
 }  // namespace strata
