@@ -6,13 +6,14 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 [ $# -gt 0 ] && shift
 
-packages=(g++ cmake ninja-build ccache pkg-config nlohmann-json3-dev libgtest-dev libpcre2-dev libboost-dev)
+packages=(g++ cmake ninja-build ccache pkg-config nlohmann-json3-dev libgtest-dev libpcre2-dev libboost-dev curl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# npm (to fetch test data) may come from Debian or from a Node.js install of its own; only a missing command counts.
-command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+# Node.js and npm (to fetch test data; the OpenAI-client tests in tests/integration) may come from Debian or from a
+# Node.js install of its own; only a missing command counts.
+{ command -v node && command -v npm; } >/dev/null 2>&1 || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   sudo=""
