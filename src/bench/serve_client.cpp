@@ -225,9 +225,13 @@ class LoadRun {
     }
   }
 
-  std::shared_ptr<Connection> take_connection(bool& reused) {
-    reused = !idle_.empty();
-    if (!reused) return std::make_shared<Connection>(io_);
+  // An idle kept-alive connection, or a new (unconnected) one when there is none or `fresh` is asked for.
+  std::shared_ptr<Connection> take_connection(bool fresh, bool& reused) {
+    reused = !fresh && !idle_.empty();
+    if (!reused) {
+      ++result_.connections;
+      return std::make_shared<Connection>(io_);
+    }
     std::shared_ptr<Connection> c = std::move(idle_.back());
     idle_.pop_back();
     return c;
@@ -267,7 +271,7 @@ class LoadRun {
     // A kept-alive connection may have been closed by the server meanwhile: then one retry on a new one.
     for (int attempt = 0; attempt < 2; ++attempt) {
       bool reused = false;
-      conn = take_connection(reused);
+      conn = take_connection(/*fresh=*/attempt > 0, reused);
       ec = {};
       if (!reused) {
         co_await asio::async_connect(conn->socket, endpoints_, asio::redirect_error(asio::use_awaitable, ec));

@@ -55,6 +55,7 @@ struct LoadResult {
   std::vector<RequestRecord> requests;  // in prompt order
   double duration_s = 0;                // first send to last completion
   int64_t max_in_flight = 0;
+  int64_t connections = 0;              // TCP connections opened (kept alive and reused between requests)
 };
 
 LoadResult run_load(const LoadConfig& config, const std::vector<BenchPrompt>& prompts);

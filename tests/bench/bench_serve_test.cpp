@@ -263,6 +263,7 @@ TEST_F(BenchServe, StreamsCompletionsAtAConcurrency) {
   const LoadResult r = run_load(c, make_workload(workload(7, 8, 6)));
   ASSERT_EQ(r.requests.size(), 7u);
   EXPECT_EQ(r.max_in_flight, 3);
+  EXPECT_EQ(r.connections, 3);  // kept alive: each slot's connection serves its next request
   double last_e2e_end = 0;
   for (const RequestRecord& q : r.requests) {
     EXPECT_TRUE(q.ok) << q.error;
