@@ -172,11 +172,16 @@ void CompletionStream::add_logprobs(Choice& c, const engine::TokenEvent& event, 
     chunk_logprobs.push_back(std::move(entry));
     return;
   }
+  // The legacy API always lists the sampled token among the alternatives, so there may be logprobs + 1 of them
+  // (OpenAI's documented behaviour, and vLLM's); logprobs 0 gives just the sampled token.
   ojson top = ojson::object();
+  bool sampled_listed = false;
   for (const auto& [id, lp] : event.top_logprobs) {
     std::string top_bytes;
     top[token_text(id, top_bytes)] = json_logprob(lp);
+    sampled_listed = sampled_listed || id == *event.token;
   }
+  if (!sampled_listed && !top.contains(text)) top[text] = json_logprob(event.logprob);
   if (!chunk_logprobs.is_object())
     chunk_logprobs = ojson{{"tokens", ojson::array()},
                            {"token_logprobs", ojson::array()},

@@ -345,6 +345,10 @@ describe('completions', () => {
       if (i > 0) assert.ok(lp.text_offset[i] >= lp.text_offset[i - 1]);
     }
 
+    // logprobs 0: the sampled token alone (the legacy API always lists it among the alternatives).
+    const zero = (await client.completions.create({ ...request, logprobs: 0, temperature: 0.8, top_k: 20 })).choices[0].logprobs;
+    zero.top_logprobs.forEach((top, i) => assert.deepEqual(top, { [zero.tokens[i]]: zero.token_logprobs[i] }));
+
     const stream = await client.completions.create({ ...request, stream: true, stream_options: { include_usage: true } });
     let text = '';
     const tokens = [];

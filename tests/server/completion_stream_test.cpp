@@ -178,6 +178,29 @@ TEST_F(ServerStream, CompletionLogprobColumns) {
   EXPECT_EQ(joined, "ab cd");
 }
 
+// OpenAI's legacy completions list the sampled token among the top_logprobs alternatives (up to logprobs + 1 of
+// them); logprobs 0 gives just the sampled token.
+TEST_F(ServerStream, CompletionTopLogprobsIncludeTheSampledToken) {
+  CompletionStream zero(request(Endpoint::kCompletions, {{"logprobs", 0}}), *tokenizer_, "cmpl-z", 1, "m", {2});
+  feed(zero, 0, "ab cd", engine::FinishReason::Length);
+  const json lp = json::parse(zero.response_body())["choices"][0]["logprobs"];
+  ASSERT_FALSE(lp["tokens"].empty());
+  for (size_t i = 0; i < lp["tokens"].size(); ++i)
+    EXPECT_EQ(lp["top_logprobs"][i], (json{{lp["tokens"][i].get<std::string>(), -0.5}})) << i;
+
+  CompletionStream one(request(Endpoint::kCompletions, {{"logprobs", 1}, {"stream", true}}), *tokenizer_, "cmpl-o", 1, "m", {2});
+  const int32_t sampled = tokenizer_->encode("ab", false).at(0), other = tokenizer_->encode(" cd", false).at(0);
+  engine::TokenEvent ev;
+  ev.token = sampled;
+  ev.logprob = -2.0f;
+  ev.top_logprobs = {{other, -0.25f}};  // the sampled token is not the most likely one
+  const json chunk = chunks_of(one.on_event(0, ev).sse).at(0);
+  const json top = chunk["choices"][0]["logprobs"]["top_logprobs"][0];
+  EXPECT_EQ(top, (json{{tokenizer_->decode({other}, false), -0.25}, {tokenizer_->decode({sampled}, false), -2.0}}));
+  ev.top_logprobs = {{sampled, -2.0f}};  // listed already: not twice
+  EXPECT_EQ(chunks_of(one.on_event(0, ev).sse).at(0)["choices"][0]["logprobs"]["top_logprobs"][0].size(), 1u);
+}
+
 TEST_F(ServerStream, NonStreamNChoices) {
   CompletionStream s(request(Endpoint::kChatCompletions, {{"n", 2}}), *tokenizer_, "chatcmpl-n", 1, "m", {4});
   EXPECT_EQ(s.num_choices(), 2u);
