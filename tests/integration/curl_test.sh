@@ -22,6 +22,7 @@ expect_match() {
   --shutdown-grace 5 >"$log" 2>&1 &
 pid=$!
 trap 'kill -9 $pid 2>/dev/null || true' EXIT
+trap 'exit 1' INT TERM HUP PIPE  # so the EXIT trap runs
 port=
 for _ in $(seq 1200); do  # up to 120 s: the ASan build loads the checkpoint slowly
   port=$(grep -Eo 'listening on http://127\.0\.0\.1:[0-9]+' "$log" | grep -Eo '[0-9]+$' || true)

@@ -25,9 +25,10 @@ export async function startServer(args = []) {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, OMP_WAIT_POLICY: process.env.OMP_WAIT_POLICY ?? 'PASSIVE' },
   });
-  // Never leave a server behind, whatever happens to the test process.
+  // Never leave a server behind, whatever happens to the test process (a failure, a timeout's signal).
   const killOnExit = () => child.kill('SIGKILL');
   process.on('exit', killOnExit);
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.once(signal, () => process.exit(1));
 
   let output = '';
   const exited = new Promise((resolve) => {
