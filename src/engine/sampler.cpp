@@ -44,6 +44,59 @@ void fill_logprobs(std::span<const float> logits, int64_t top_n, SampledToken& o
   for (size_t i = 0; i < n; ++i) out.top.emplace_back(idx[i], static_cast<float>(logits[static_cast<size_t>(idx[i])] - log_z));
 }
 
+// Candidate token ids in the order "most likely first" (ties by id: a total order, so the draw is fully
+// determined), restricted to the `keep` most likely. A draw walks this order and usually stops early, so the order
+// is sorted a chunk at a time (selection, then a sort of the chunk) rather than the whole vocabulary per token.
+class CandidateOrder {
+  struct MoreLikely {
+    const std::vector<float>* logits;
+    bool operator()(int32_t a, int32_t b) const {
+      const float la = (*logits)[static_cast<size_t>(a)], lb = (*logits)[static_cast<size_t>(b)];
+      return la > lb || (la == lb && a < b);
+    }
+  };
+
+ public:
+  CandidateOrder(const std::vector<float>& logits, size_t keep) : logits_(logits), order_(logits.size()), keep_(keep) {
+    std::iota(order_.begin(), order_.end(), 0);
+    if (keep_ >= order_.size()) return;
+    const auto mid = order_.begin() + static_cast<std::ptrdiff_t>(keep_);
+    if (keep_ <= 1024) {  // a small top_k: a heap pass over the vocabulary leaves the kept ones sorted
+      std::partial_sort(order_.begin(), mid, order_.end(), more_likely());
+      sorted_ = keep_;
+    } else {
+      std::nth_element(order_.begin(), mid, order_.end(), more_likely());
+    }
+  }
+  // The i-th most likely candidate (i < keep).
+  int32_t at(size_t i) {
+    if (i >= sorted_) {
+      // The first 256 (usually enough: likelihood is concentrated), else everything kept in one sort.
+      const size_t n = sorted_ == 0 ? std::min(keep_, std::max(i + 1, size_t{256})) : keep_;
+      const auto first = order_.begin() + static_cast<std::ptrdiff_t>(sorted_), mid = order_.begin() + static_cast<std::ptrdiff_t>(n);
+      if (n < keep_) std::nth_element(first, mid, order_.begin() + static_cast<std::ptrdiff_t>(keep_), more_likely());
+      std::sort(first, mid, more_likely());
+      sorted_ = n;
+    }
+    return order_[i];
+  }
+  // Keeps only the `keep` most likely of the kept candidates (before any at()).
+  void restrict(size_t keep) {
+    if (keep >= keep_) return;
+    std::nth_element(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(keep), order_.begin() + static_cast<std::ptrdiff_t>(keep_), more_likely());
+    keep_ = keep;
+    sorted_ = 0;
+  }
+  // Some kept candidate: unsorted(0 .. keep-1) lists each exactly once, in no particular order.
+  int32_t unsorted(size_t i) const { return order_[i]; }
+
+ private:
+  MoreLikely more_likely() const { return {&logits_}; }
+  const std::vector<float>& logits_;
+  std::vector<int32_t> order_;
+  size_t keep_, sorted_ = 0;
+};
+
 }  // namespace
 
 SampledToken sample_token(std::span<const float> logits, const SamplingParams& p, const TokenHistory& history,
@@ -64,46 +117,45 @@ SampledToken sample_token(std::span<const float> logits, const SamplingParams& p
   if (p.greedy()) {
     out.id = static_cast<int32_t>(std::max_element(work.begin(), work.end()) - work.begin());  // first maximum
   } else {
-    // Candidates sorted most likely first (ties by id, so the order is fully determined).
-    std::vector<int32_t> order(work.size());
-    std::iota(order.begin(), order.end(), 0);
-    auto more_likely = [&](int32_t a, int32_t b) {
-      return work[static_cast<size_t>(a)] > work[static_cast<size_t>(b)] || (work[static_cast<size_t>(a)] == work[static_cast<size_t>(b)] && a < b);
-    };
-    size_t keep = order.size();
-    if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) {
-      keep = static_cast<size_t>(p.top_k);
-      std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(), more_likely);
-    } else {
-      std::sort(order.begin(), order.end(), more_likely);
+    // The kept candidates: the top_k most likely, and of those the ones with probability ≥ min_p times the
+    // top one's. Probabilities at temperature T are relative to the most likely token (which gets exactly 1) and
+    // computed for kept candidates only.
+    const double inv_t = 1.0 / p.temperature, top_logit = *std::max_element(work.begin(), work.end());
+    size_t keep = work.size();
+    if (p.top_k > 0) keep = std::min(keep, static_cast<size_t>(p.top_k));
+    CandidateOrder order(work, keep);
+    std::vector<double> prob(work.size());
+    size_t above_min_p = 0;
+    for (size_t i = 0; i < keep; ++i) {
+      const auto id = static_cast<size_t>(order.unsorted(i));
+      prob[id] = std::exp((work[id] - top_logit) * inv_t);
+      above_min_p += prob[id] >= p.min_p;
     }
-    // Probabilities at temperature T over the kept candidates.
-    const double inv_t = 1.0 / p.temperature, top_logit = work[static_cast<size_t>(order[0])];
-    std::vector<double> prob(keep);
+    if (p.min_p > 0) {
+      keep = std::max<size_t>(above_min_p, 1);
+      order.restrict(keep);
+    }
     double total = 0;
-    for (size_t i = 0; i < keep; ++i) total += prob[i] = std::exp((work[static_cast<size_t>(order[i])] - top_logit) * inv_t);
-    if (p.min_p > 0) {  // prob[0] is the largest
-      size_t k = 1;
-      while (k < keep && prob[k] >= p.min_p * prob[0]) ++k;
-      keep = k;
-    }
+    for (size_t i = 0; i < keep; ++i) total += prob[static_cast<size_t>(order.unsorted(i))];
     if (p.top_p < 1.0) {  // smallest prefix whose mass reaches top_p (always at least one token)
-      double mass = 0, kept_total = 0;
-      for (size_t i = 0; i < keep; ++i) kept_total += prob[i];
+      const double kept_total = total;
+      double mass = 0;
       size_t k = 0;
-      while (k < keep && mass < p.top_p * kept_total) mass += prob[k++];
+      while (k < keep && mass < p.top_p * kept_total) mass += prob[static_cast<size_t>(order.at(k++))];
       keep = std::max<size_t>(k, 1);
+      total = 0;
+      for (size_t i = 0; i < keep; ++i) total += prob[static_cast<size_t>(order.at(i))];
     }
-    total = 0;
-    for (size_t i = 0; i < keep; ++i) total += prob[i];
+    // The draw: the first candidate whose running mass passes u · total. Without top_p any fixed order of the
+    // kept set gives the same distribution, so the unsorted one is walked (no sort at all); with top_p the kept
+    // set is a prefix of the likelihood order, walked in that order.
     const double target = counter_uniform(seed, step) * total;
+    const bool sorted_walk = p.top_p < 1.0;
     double acc = 0;
-    out.id = order[keep - 1];
-    for (size_t i = 0; i < keep; ++i)
-      if ((acc += prob[i]) > target) {
-        out.id = order[i];
-        break;
-      }
+    for (size_t i = 0; i < keep; ++i) {
+      out.id = sorted_walk ? order.at(i) : order.unsorted(i);
+      if ((acc += prob[static_cast<size_t>(out.id)]) > target) break;
+    }
   }
   if (p.logprobs) fill_logprobs(logits, *p.logprobs, out);
   return out;
