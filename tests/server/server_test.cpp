@@ -436,9 +436,11 @@ TEST_F(ServerEndToEnd, GracefulShutdown) {
   waiting.send(http_request("POST", "/v1/chat/completions", chat_body({{"max_tokens", 3000}}).dump()));
   // Short enough to finish inside the grace period even in the sanitizer build on a loaded machine.
   short_one.send(http_request("POST", "/v1/chat/completions", chat_body({{"max_tokens", 4}}).dump()));
-  for (int i = 0; i < 2000 && server->engine_stats().running < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // All three should be in the engine before the signal (a request still being parsed would get the shutdown
+  // 503); the short one may also have finished already, which the checks below accept.
+  for (int i = 0; i < 10000 && server->engine_stats().running < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 
-  server->shutdown(std::chrono::milliseconds(3000));
+  server->shutdown(std::chrono::milliseconds(5000));
   // The short request finishes within the grace period.
   const HttpReply short_reply = short_one.read_reply();
   EXPECT_EQ(short_reply.status, 200);
