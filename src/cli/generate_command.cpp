@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/engine_options.h"
 #include "cli/commands.h"
 #ifdef STRATA_WITH_SERVER
 #include "cli/offline_batch.h"
@@ -210,11 +211,8 @@ int offline_generate(const std::vector<std::string>& argv) {
     return 0;
   }
   const std::string dir = args.required("model"), input = args.required("input"), output = args.required("output");
-  const int64_t max_num_seqs = positive_integer(args, "max-num-seqs", 256);
-  const int64_t max_batched = positive_integer(args, "max-num-batched-tokens", 2048);
+  const EngineOptions engine_options = read_engine_options(args, 256);
   const int64_t max_n = positive_integer(args, "max-n", 16);
-  const int64_t state_bytes = args.has("state-memory") ? parse_byte_count(args.str("state-memory"), "state-memory") : 0;
-  if (args.has("state-memory") && state_bytes < 1) fail("option --state-memory: expected a positive byte count");
   const double interval = args.number("progress-interval", 5.0);
   if (!(interval > 0)) fail("option --progress-interval: expected seconds > 0, found ", interval);
 
@@ -227,15 +225,8 @@ int offline_generate(const std::vector<std::string>& argv) {
          mc.vocab_size);
 
   OfflineSettings settings;
-  engine::EngineConfig& ec = settings.engine;
-  ec.max_model_len = args.integer("max-model-len", std::min<int64_t>(8192, mc.max_position_embeddings));
-  if (ec.max_model_len < 2 || ec.max_model_len > mc.max_position_embeddings)
-    fail("option --max-model-len: expected 2..", mc.max_position_embeddings, " (the model's max_position_embeddings), found ",
-         ec.max_model_len);
-  ec.scheduler.max_num_seqs = max_num_seqs;
-  ec.scheduler.max_num_batched_tokens = max_batched;
-  if (state_bytes > 0) ec.pool = model::v4::StatePool::limits_for_bytes(model, state_bytes, max_num_seqs);
-  else ec.pool.max_sequences = max_num_seqs;
+  settings.engine = make_engine_config(engine_options, args, model);
+  const engine::EngineConfig& ec = settings.engine;
   settings.limits.max_model_len = ec.max_model_len;
   settings.limits.protocol.max_n = max_n;
   settings.limits.served_model_name =

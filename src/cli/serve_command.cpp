@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/engine_options.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -70,14 +71,11 @@ int serve_command(const std::vector<std::string>& argv) {
   const model::v4::Device device = model::v4::parse_device(args.str("device", "cpu"));
   const int64_t port = args.integer("port", 8000);
   if (port < 0 || port > 65535) fail("option --port: expected 0..65535, found ", port);
-  const int64_t max_num_seqs = positive_integer(args, "max-num-seqs", 64);
+  const EngineOptions engine_options = read_engine_options(args, 64);
   const double grace_s = args.number("shutdown-grace", 30.0);
   if (!(grace_s >= 0)) fail("option --shutdown-grace: expected seconds ≥ 0, found ", grace_s);
   const double idle_s = args.number("idle-timeout", 300.0);
   if (!(idle_s > 0)) fail("option --idle-timeout: expected seconds > 0, found ", idle_s);
-  const int64_t state_bytes = args.has("state-memory") ? parse_byte_count(args.str("state-memory"), "state-memory") : 0;
-  if (args.has("state-memory") && state_bytes < 1) fail("option --state-memory: expected a positive byte count");
-  const int64_t max_batched = positive_integer(args, "max-num-batched-tokens", 2048);
   const int64_t max_body = positive_integer(args, "max-body-bytes", 8 << 20);
   const int64_t max_n = positive_integer(args, "max-n", 16);
 
@@ -96,17 +94,7 @@ int serve_command(const std::vector<std::string>& argv) {
     fail("--model ", dir, ": the tokenizer has ids up to ", tokenizer.vocab_size() - 1, " but the model's vocab_size is ",
          mc.vocab_size);
 
-  engine::EngineConfig ec;
-  ec.max_model_len = args.integer("max-model-len", std::min<int64_t>(8192, mc.max_position_embeddings));
-  if (ec.max_model_len < 2 || ec.max_model_len > mc.max_position_embeddings)
-    fail("option --max-model-len: expected 2..", mc.max_position_embeddings, " (the model's max_position_embeddings), found ",
-         ec.max_model_len);
-  ec.scheduler.max_num_seqs = max_num_seqs;
-  ec.scheduler.max_num_batched_tokens = max_batched;
-  if (state_bytes > 0)
-    ec.pool = model::v4::StatePool::limits_for_bytes(model, state_bytes, max_num_seqs);
-  else
-    ec.pool.max_sequences = max_num_seqs;
+  const engine::EngineConfig ec = make_engine_config(engine_options, args, model);
 
   server::ServerConfig sc;
   sc.host = args.str("host", "127.0.0.1");

@@ -1,0 +1,20 @@
+#pragma once
+// The engine flags `strata serve` and offline `strata generate --input` share: --max-num-seqs,
+// --max-num-batched-tokens, --state-memory (read before the model loads, so a bad flag fails fast) and
+// --max-model-len (checked against the loaded model).
+#include <cstdint>
+
+#include "cli/args.h"
+#include "engine/engine.h"
+#include "model/deepseek_v4/model.h"
+
+namespace strata::cli {
+
+struct EngineOptions {
+  int64_t max_num_seqs = 0, max_num_batched_tokens = 0, state_bytes = 0;  // state_bytes 0: not given
+};
+
+EngineOptions read_engine_options(const Args& args, int64_t default_max_num_seqs);
+engine::EngineConfig make_engine_config(const EngineOptions& o, const Args& args, const model::v4::Model& model);
+
+}  // namespace strata::cli
