@@ -344,6 +344,8 @@ Mat CpuBackend::experts(const Mat& x, const Routing& routing, const MoeWeights& 
   const int64_t n = x.rows, d = x.cols;
   Mat out = w.shared ? expert(*w.shared, x, cfg.swiglu_limit) : Mat(n, d);
   Mat routed(n, d);
+  routed_experts_.push_back(
+      std::count_if(routing.begin(), routing.end(), [](const auto& rows) { return !rows.empty(); }));
   for (size_t e = 0; e < routing.size(); ++e) {
     const auto& rows = routing[e];
     if (rows.empty()) continue;

@@ -70,6 +70,8 @@ class CpuBackend {
                 const model::ModelConfig& cfg) const;
   // Σ over routed experts of weight · expert(x), plus the shared expert.
   Mat experts(const Mat& x, const Routing& routing, const model::v4::MoeWeights& w, const model::ModelConfig& cfg) const;
+  // Per layer so far this step: the distinct routed experts experts() ran.
+  const std::vector<int64_t>& routed_experts() const { return routed_experts_; }
 
  private:
   // SwiGLU expert with V4's clamp: silu(min(gate, L)) · clamp(up, −L, L).
@@ -77,6 +79,7 @@ class CpuBackend {
   const std::vector<float>& cos_sin(const model::v4::RopeTable& table, const model::v4::Step& step, bool sin);
 
   std::map<const model::v4::RopeTable*, std::pair<std::vector<float>, std::vector<float>>> rope_rows_;
+  mutable std::vector<int64_t> routed_experts_;
 };
 
 }  // namespace strata::cpu

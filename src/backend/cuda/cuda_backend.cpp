@@ -483,6 +483,7 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
     }
   }
 
+  routed_experts_.push_back(std::count_if(rows_of.begin(), rows_of.end(), [](const auto& r) { return !r.empty(); }));
   const int64_t total = static_cast<int64_t>(gather.size());
   auto* xg = scratch_.alloc<__nv_bfloat16>(std::max<int64_t>(1, total) * d);
   gather_bf16(x.data, upload(gather), xg, total, d, stream_);

@@ -145,6 +145,8 @@ class CudaBackend {
                 const model::ModelConfig& cfg);
   Tensor experts(const Tensor& x, const Routing& routing, const model::v4::MoeWeights& w,
                  const model::ModelConfig& cfg);
+  // Per layer so far this step: the distinct routed experts experts() ran.
+  const std::vector<int64_t>& routed_experts() const { return routed_experts_; }
 
  private:
   Tensor tensor(int64_t rows, int64_t cols) { return {scratch_.alloc<float>(rows * cols), rows, cols}; }
@@ -172,6 +174,7 @@ class CudaBackend {
   std::map<int64_t, int64_t> closed_max_;                        // rate → most entries any chunk has after the step
   std::vector<EntryTable> tables_;                               // [layer · 2 + slot]
   std::map<const model::v4::RopeTable*, std::pair<const float*, const float*>> rope_rows_;
+  std::vector<int64_t> routed_experts_;
 };
 
 }  // namespace strata::cuda

@@ -10,8 +10,8 @@ namespace {
 
 class CudaRunner : public ForwardRunner {
  public:
-  explicit CudaRunner(const Model::Parts& p)
-      : p_(p), weights_(p.w, {&p.rope_main.inv_freq, &p.rope_compress.inv_freq}) {
+  CudaRunner(const Model::Parts& p, Precision precision)
+      : p_(p), precision_(precision), weights_(p.w, {&p.rope_main.inv_freq, &p.rope_compress.inv_freq}) {
     // Every sequence's block: per layer its window ring, then each compressor's pending and overlap buffers.
     int64_t at = 0;
     for (const LayerWeights& l : p.w.layers) {
@@ -41,8 +41,12 @@ class CudaRunner : public ForwardRunner {
 
   std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe) override {
     cuda::CudaBackend backend(weights_, gemm_, scratch_, layout_, p_.cfg, {&p_.rope_main, &p_.rope_compress}, nullptr);
-    return Forward<cuda::CudaBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend).run(chunks, observe);
+    std::vector<Mat> out =
+        Forward<cuda::CudaBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend).run(chunks, observe);
+    routed_ = backend.routed_experts();
+    return out;
   }
+  std::vector<int64_t> routed_experts_last_forward() const override { return routed_; }
 
   void init_state(SequenceState& s) override {
     float* block = nullptr;
@@ -64,6 +68,8 @@ class CudaRunner : public ForwardRunner {
 
  private:
   const Model::Parts& p_;
+  Precision precision_;
+  std::vector<int64_t> routed_;
   cuda::DeviceWeights weights_;
   cuda::Gemm gemm_;
   cuda::Scratch scratch_;
@@ -73,12 +79,12 @@ class CudaRunner : public ForwardRunner {
 
 }  // namespace
 
-std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts& parts) {
+std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts& parts, Precision precision) {
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
   if (e != cudaSuccess || devices == 0)
     fail("--device cuda: no usable CUDA device (", e != cudaSuccess ? cudaGetErrorString(e) : "none found", ")");
-  return std::make_unique<CudaRunner>(parts);
+  return std::make_unique<CudaRunner>(parts, precision);
 }
 
 std::string cuda_device_name() {

@@ -1,6 +1,7 @@
 #include "model/deepseek_v4/model.h"
 
 #include <algorithm>
+#include <mutex>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
@@ -18,6 +19,14 @@ Device parse_device(const std::string& name) {
 
 const char* device_name(Device d) { return d == Device::Cuda ? "cuda" : "cpu"; }
 
+Precision parse_precision(const std::string& name) {
+  if (name == "bf16") return Precision::Bf16;
+  if (name == "fp32") return Precision::Fp32;
+  fail("unknown precision '", name, "' (expected bf16 or fp32)");
+}
+
+const char* precision_name(Precision p) { return p == Precision::Fp32 ? "fp32" : "bf16"; }
+
 bool cuda_available() {
 #ifdef STRATA_WITH_CUDA
   return true;
@@ -27,7 +36,7 @@ bool cuda_available() {
 }
 
 #ifndef STRATA_WITH_CUDA
-std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts&) {
+std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts&, Precision) {
   fail("this strata was built without the CUDA backend");
 }
 std::string cuda_device_name() { return ""; }
@@ -64,7 +73,15 @@ class CpuRunner : public ForwardRunner {
   explicit CpuRunner(const Model::Parts& p) : p_(p) {}
   std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe) override {
     cpu::CpuBackend backend;  // per call: its caches are per step, and calls may come from several threads
-    return Forward<cpu::CpuBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend).run(chunks, observe);
+    std::vector<Mat> out =
+        Forward<cpu::CpuBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend).run(chunks, observe);
+    const std::lock_guard<std::mutex> lock(routed_mutex_);
+    routed_ = backend.routed_experts();
+    return out;
+  }
+  std::vector<int64_t> routed_experts_last_forward() const override {
+    const std::lock_guard<std::mutex> lock(routed_mutex_);
+    return routed_;
   }
   void init_state(SequenceState& s) override {
     for (LayerState& ls : s.layers) {
@@ -87,6 +104,8 @@ class CpuRunner : public ForwardRunner {
 
  private:
   const Model::Parts& p_;
+  mutable std::mutex routed_mutex_;
+  std::vector<int64_t> routed_;
 };
 
 CompressorState make_compressor_state(const CompressorWeights& w, EntryPageArena* arena) {
@@ -100,13 +119,13 @@ CompressorState make_compressor_state(const CompressorWeights& w, EntryPageArena
 
 }  // namespace
 
-Model::Model(ModelConfig config, ModelWeights weights, Device device)
-    : parts_(std::make_unique<Parts>()), device_(device) {
+Model::Model(ModelConfig config, ModelWeights weights, Device device, Precision precision)
+    : parts_(std::make_unique<Parts>()), device_(device), precision_(precision) {
   parts_->rope_main = make_rope_table(config.rope_main, config.head_dim);
   parts_->rope_compress = make_rope_table(config.rope_compress, config.head_dim);
   parts_->cfg = std::move(config);
   parts_->w = std::move(weights);
-  runner_ = device == Device::Cuda ? make_cuda_runner(*parts_) : std::make_unique<CpuRunner>(*parts_);
+  runner_ = device == Device::Cuda ? make_cuda_runner(*parts_, precision) : std::make_unique<CpuRunner>(*parts_);
 }
 
 Model::~Model() = default;
@@ -213,11 +232,11 @@ std::vector<Mat> Model::forward_batch(std::vector<SequenceChunk>& chunks, const 
   return runner_->forward_batch(chunks, observe);
 }
 
-Model load_model(const std::string& dir, Device device) {
+Model load_model(const std::string& dir, Device device, Precision precision) {
   ModelConfig cfg = load_config(dir);
   auto store = std::make_shared<TensorStore>(TensorStore::open(dir));
   ModelWeights weights = load_weights(cfg, store);
-  return Model(std::move(cfg), std::move(weights), device);
+  return Model(std::move(cfg), std::move(weights), device, precision);
 }
 
 }  // namespace strata::model::v4

@@ -16,6 +16,13 @@
 namespace strata::model::v4 {
 
 enum class Device { Cpu, Cuda };
+// The arithmetic of a GPU backend's matrix products. Bf16: weights and activations rounded to bf16, fp32
+// accumulation (the product). Fp32: fp32 weights and activations, fp32 arithmetic — the CPU reference's numbers up
+// to summation order, so whole-model checks can demand agreement even where a discrete choice (the indexer's
+// top-k, the router's top-k) sits on a near-tie that bf16 rounding would flip. The CPU backend is always fp32.
+enum class Precision { Bf16, Fp32 };
+Precision parse_precision(const std::string& name);  // "bf16" or "fp32"
+const char* precision_name(Precision p);
 // "cpu" or "cuda"; anything else is an error naming the value. "cuda" in a build without CUDA is an error too.
 Device parse_device(const std::string& name);
 const char* device_name(Device d);
@@ -33,17 +40,21 @@ class ForwardRunner {
   virtual std::shared_ptr<float> allocate_entry_storage(int64_t floats) = 0;
   // dst[0, n) = src[0, n) for memory of this backend's device (entry pages, device state).
   virtual void copy_floats(float* dst, const float* src, int64_t n) = 0;
+  // Per layer, how many distinct routed experts the last forward ran (what a step must read of the expert
+  // weights: the floor of benchmarks).
+  virtual std::vector<int64_t> routed_experts_last_forward() const = 0;
 };
 
 class Model {
  public:
-  Model(ModelConfig config, ModelWeights weights, Device device = Device::Cpu);
+  Model(ModelConfig config, ModelWeights weights, Device device = Device::Cpu, Precision precision = Precision::Bf16);
   ~Model();
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
 
   const ModelConfig& config() const { return parts_->cfg; }
   Device device() const { return device_; }
+  Precision precision() const { return precision_; }
   // A fresh state. Compressed entries go to `arena` (a StatePool's bounded one, made by make_arena) or, when null,
   // to an arena the state owns: growable on the CPU, sized for `max_tokens` (required) on a GPU.
   SequenceState new_sequence(EntryPageArena* arena = nullptr, int64_t max_tokens = 0) const;
@@ -69,6 +80,8 @@ class Model {
   // attention and compression per sequence. Every row's arithmetic is the same as in a solo forward, so results
   // are bit-identical however sequences are batched. Returns one logits Mat per chunk.
   std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe = {}) const;
+  // Per layer, the distinct routed experts the last forward ran (0 for none yet).
+  std::vector<int64_t> routed_experts_last_forward() const { return runner_->routed_experts_last_forward(); }
 
   // What the forward runners share; heap-allocated so a moved Model keeps its address.
   struct Parts {
@@ -80,14 +93,15 @@ class Model {
  private:
   std::unique_ptr<Parts> parts_;
   Device device_ = Device::Cpu;
+  Precision precision_ = Precision::Bf16;
   std::unique_ptr<ForwardRunner> runner_;
 };
 
 // Reads config.json and the safetensors of a checkpoint directory and checks every tensor; `device` picks the
-// backend (cuda uploads the weights to the GPU).
-Model load_model(const std::string& dir, Device device = Device::Cpu);
+// backend (cuda uploads the weights to the GPU) and `precision` its matrix arithmetic.
+Model load_model(const std::string& dir, Device device = Device::Cpu, Precision precision = Precision::Bf16);
 
 // The CUDA runner (backend/cuda), defined only in builds with CUDA.
-std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts& parts);
+std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts& parts, Precision precision);
 
 }  // namespace strata::model::v4
