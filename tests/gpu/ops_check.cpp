@@ -132,6 +132,20 @@ void check_gemm(strata::cuda::Gemm& gemm, int64_t m, int64_t n, int64_t k) {
   report("gemm_bf16", std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k), rel_error(dy.download(), ref.v), 1e-5);
 }
 
+void check_gemm_fp32(strata::cuda::Gemm& gemm, int64_t m, int64_t n, int64_t k) {
+  // The reference precision: fp32 operands in true fp32 arithmetic (no TF32, whose 10-bit mantissa would show
+  // as ~1e-3 here), so only the summation order differs from the CPU.
+  const std::vector<float> xv = randn(static_cast<size_t>(m * k)), wv = randn(static_cast<size_t>(n * k), 0.05f);
+  strata::Mat x(m, k);
+  x.v = xv;
+  const strata::WeightRef w{strata::DType::F32, reinterpret_cast<const uint8_t*>(wv.data()), n, k};
+  const strata::Mat ref = strata::cpu::linear(x, w);
+  DeviceBuffer<float> dx(xv), dw(wv), dy(static_cast<size_t>(m * n));
+  dy.fill_bytes(0xff);
+  gemm.run(strata::cuda::GemmType::Fp32, dx.data(), k, dw.data(), k, dy.data(), n, m, n, k, nullptr);
+  report("gemm_fp32", std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k), rel_error(dy.download(), ref.v), 1e-6);
+}
+
 }  // namespace
 
 int main() {
@@ -154,6 +168,9 @@ int main() {
     check_gemm(gemm, 7, 1024, 512);
     check_gemm(gemm, 128, 2048, 4096);
     check_gemm(gemm, 333, 129, 64);
+    check_gemm_fp32(gemm, 1, 4096, 4096);
+    check_gemm_fp32(gemm, 128, 2048, 4096);
+    check_gemm_fp32(gemm, 333, 129, 64);
     STRATA_CUDA_CHECK(cudaDeviceSynchronize());
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());

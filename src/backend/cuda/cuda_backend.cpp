@@ -52,7 +52,8 @@ void Scratch::reset() {
 
 // --- Weights ----------------------------------------------------------------------------------------------------
 
-DeviceWeights::DeviceWeights(const ModelWeights& w, const std::vector<const std::vector<float>*>& extra) {
+DeviceWeights::DeviceWeights(const ModelWeights& w, GemmType type, const std::vector<const std::vector<float>*>& extra)
+    : type_(type) {
   add(w.embed);
   add(w.head);
   for (const auto* v : {&w.norm, &w.hc_head_fn, &w.hc_head_base, &w.hc_head_scale}) add(*v);
@@ -104,23 +105,28 @@ DeviceWeights::~DeviceWeights() {
 
 void DeviceWeights::add(const WeightRef& w) {
   if (!w.data || matrices_.count(w.data)) return;  // absent, or tied (the head shares the embedding)
-  std::vector<uint16_t> host(static_cast<size_t>(w.rows * w.cols));
+  const size_t count = static_cast<size_t>(w.rows * w.cols), bytes = count * gemm_type_size(type_);
+  std::vector<uint16_t> bf16(type_ == GemmType::Bf16 ? count : 0);
+  std::vector<float> f32(type_ == GemmType::Fp32 ? count : 0);
 #pragma omp parallel
   {
     std::vector<float> row(static_cast<size_t>(w.cols));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < w.rows; ++r) {
       w.row_f32(r, row.data());
-      for (int64_t c = 0; c < w.cols; ++c) host[static_cast<size_t>(r * w.cols + c)] = f32_to_bf16(row[c]);
+      if (type_ == GemmType::Fp32)
+        std::copy(row.begin(), row.end(), f32.begin() + r * w.cols);
+      else
+        for (int64_t c = 0; c < w.cols; ++c) bf16[static_cast<size_t>(r * w.cols + c)] = f32_to_bf16(row[c]);
     }
   }
   void* d = nullptr;
-  const size_t bytes = host.size() * sizeof(uint16_t);
   STRATA_CUDA_CHECK(cudaMalloc(&d, std::max<size_t>(bytes, 1)));
-  STRATA_CUDA_CHECK(cudaMemcpy(d, host.data(), bytes, cudaMemcpyHostToDevice));
+  const void* host = type_ == GemmType::Fp32 ? static_cast<const void*>(f32.data()) : bf16.data();
+  STRATA_CUDA_CHECK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
   allocations_.push_back(d);
   bytes_ += static_cast<int64_t>(bytes);
-  matrices_[w.data] = {static_cast<const __nv_bfloat16*>(d), w.rows, w.cols};
+  matrices_[w.data] = {d, w.rows, w.cols, type_};
 }
 
 void DeviceWeights::add(const std::vector<float>& v) {
@@ -159,7 +165,7 @@ const int32_t* DeviceWeights::ints(const std::vector<int32_t>& v) const {
 CudaBackend::CudaBackend(const DeviceWeights& weights, Gemm& gemm, Scratch& scratch,
                          const std::vector<LayerOffsets>& layout, const ModelConfig& cfg,
                          const std::vector<const RopeTable*>& ropes, cudaStream_t stream)
-    : weights_(weights), gemm_(gemm), scratch_(scratch), layout_(layout), cfg_(cfg), ropes_(ropes), stream_(stream) {}
+    : weights_(weights), type_(weights.type()), gemm_(gemm), scratch_(scratch), layout_(layout), cfg_(cfg), ropes_(ropes), stream_(stream) {}
 
 template <typename T>
 T* CudaBackend::upload(const std::vector<T>& host) {
@@ -278,21 +284,27 @@ const EntryTable& CudaBackend::entry_table(int64_t layer, CompressorSlot slot) c
 CudaBackend::Tensor CudaBackend::embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies) {
   const DeviceMatrix& t = weights_.matrix(table);
   Tensor out = tensor(static_cast<int64_t>(tokens.size()), copies * t.cols);
-  cuda::embed(t.data, tokens_, out.data, out.rows, t.cols, copies, stream_);
+  cuda::embed(t.data, t.type, tokens_, out.data, out.rows, t.cols, copies, stream_);
   return out;
 }
 
-void CudaBackend::gemm(const __nv_bfloat16* x, int64_t m, const DeviceMatrix& w, float* y) {
-  gemm_.bf16(x, w.data, y, m, w.rows, w.cols, stream_);
+const void* CudaBackend::gemm_input(const float* x, int64_t count) {
+  if (type_ == GemmType::Fp32) return x;
+  void* y = gemm_operand(count);
+  to_gemm_input(x, y, count, type_, stream_);
+  return y;
+}
+
+void CudaBackend::gemm(const void* x, int64_t m, const DeviceMatrix& w, float* y) {
+  gemm_.run(type_, x, w.cols, w.data, w.cols, y, w.rows, m, w.rows, w.cols, stream_);
 }
 
 CudaBackend::Tensor CudaBackend::linear(const Tensor& x, const WeightRef& w) {
   const DeviceMatrix& d = weights_.matrix(w);
   if (d.cols != x.cols) fail("CUDA linear: input width ", x.cols, " against a weight of ", d.rows, "x", d.cols);
-  auto* xb = scratch_.alloc<__nv_bfloat16>(x.rows * x.cols);
-  to_bf16(x.data, xb, x.rows * x.cols, stream_);
+  const void* xin = gemm_input(x.data, x.rows * x.cols);
   Tensor y = tensor(x.rows, d.rows);
-  gemm(xb, x.rows, d, y.data);
+  gemm(xin, x.rows, d, y.data);
   return y;
 }
 
@@ -300,12 +312,12 @@ CudaBackend::Tensor CudaBackend::grouped_linear(const Tensor& x, const WeightRef
   const DeviceMatrix& d = weights_.matrix(w);
   const int64_t group_in = x.cols / groups, rank = d.rows / groups;
   if (d.cols != group_in) fail("CUDA grouped linear: group width ", group_in, " against a weight of ", d.rows, "x", d.cols);
-  auto* xb = scratch_.alloc<__nv_bfloat16>(x.rows * x.cols);
-  to_bf16(x.data, xb, x.rows * x.cols, stream_);
+  const void* xin = gemm_input(x.data, x.rows * x.cols);
+  const auto size = static_cast<int64_t>(gemm_type_size(type_));
   Tensor y = tensor(x.rows, groups * rank);
   for (int64_t g = 0; g < groups; ++g)
-    gemm_.bf16_strided(xb + g * group_in, x.cols, d.data + g * rank * group_in, group_in, y.data + g * rank, y.cols,
-                       x.rows, rank, group_in, stream_);
+    gemm_.run(type_, static_cast<const char*>(xin) + g * group_in * size, x.cols, d.at(g * rank * group_in), group_in,
+              y.data + g * rank, y.cols, x.rows, rank, group_in, stream_);
   return y;
 }
 
@@ -436,14 +448,14 @@ CudaBackend::Routing CudaBackend::route(const Tensor& logits, const MoeWeights& 
   return r;
 }
 
-void CudaBackend::swiglu_expert(const ExpertWeights& w, const __nv_bfloat16* x, int64_t m, float* y, double limit) {
+void CudaBackend::swiglu_expert(const ExpertWeights& w, const void* x, int64_t m, float* y, double limit) {
   const DeviceMatrix &w1 = weights_.matrix(w.w1), &w3 = weights_.matrix(w.w3), &w2 = weights_.matrix(w.w2);
   float* g = scratch_.alloc<float>(m * w1.rows);
   float* u = scratch_.alloc<float>(m * w3.rows);
   gemm(x, m, w1, g);
   gemm(x, m, w3, u);
-  auto* h = scratch_.alloc<__nv_bfloat16>(m * w1.rows);
-  swiglu(g, u, h, m * w1.rows, static_cast<float>(limit), stream_);
+  void* h = gemm_operand(m * w1.rows);
+  swiglu(g, u, h, m * w1.rows, static_cast<float>(limit), type_, stream_);
   gemm(h, m, w2, y);
 }
 
@@ -485,21 +497,21 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
 
   routed_experts_.push_back(std::count_if(rows_of.begin(), rows_of.end(), [](const auto& r) { return !r.empty(); }));
   const int64_t total = static_cast<int64_t>(gather.size());
-  auto* xg = scratch_.alloc<__nv_bfloat16>(std::max<int64_t>(1, total) * d);
-  gather_bf16(x.data, upload(gather), xg, total, d, stream_);
+  const auto size = static_cast<int64_t>(gemm_type_size(type_));
+  auto* xg = static_cast<char*>(gemm_operand(std::max<int64_t>(1, total) * d));
+  gather_rows(x.data, upload(gather), xg, total, d, type_, stream_);
   float* routed = scratch_.alloc<float>(std::max<int64_t>(1, total) * d);
   for (int64_t e = 0; e < n_experts; ++e) {
     const int64_t m = start[static_cast<size_t>(e + 1)] - start[static_cast<size_t>(e)];
     if (m == 0) continue;
-    swiglu_expert(w.experts[static_cast<size_t>(e)], xg + start[static_cast<size_t>(e)] * d, m,
+    swiglu_expert(w.experts[static_cast<size_t>(e)], xg + start[static_cast<size_t>(e)] * d * size, m,
                   routed + start[static_cast<size_t>(e)] * d, cfg.swiglu_limit);
   }
   float* shared = nullptr;
   if (w.shared) {
-    auto* xb = scratch_.alloc<__nv_bfloat16>(n * d);
-    to_bf16(x.data, xb, n * d, stream_);
+    const void* xin = gemm_input(x.data, n * d);
     shared = scratch_.alloc<float>(n * d);
-    swiglu_expert(*w.shared, xb, n, shared, cfg.swiglu_limit);
+    swiglu_expert(*w.shared, xin, n, shared, cfg.swiglu_limit);
   }
   Tensor out = tensor(n, d);
   moe_combine(shared, routed, upload(slot), upload(slot_weight), out.data, n, k, d, stream_);

@@ -52,14 +52,18 @@ class Scratch {
 };
 
 struct DeviceMatrix {
-  const __nv_bfloat16* data = nullptr;
+  const void* data = nullptr;  // [rows, cols] row-major elements of `type`
   int64_t rows = 0, cols = 0;
+  GemmType type = GemmType::Bf16;
+  // The address of element `i` (row-major): row or column blocks of the matrix.
+  const void* at(int64_t i) const { return static_cast<const char*>(data) + i * static_cast<int64_t>(gemm_type_size(type)); }
 };
 
-// Every tensor of a ModelWeights on the device, looked up by its host address.
+// Every tensor of a ModelWeights on the device, looked up by its host address. Matrices are stored as `type`.
 class DeviceWeights {
  public:
-  explicit DeviceWeights(const model::v4::ModelWeights& w, const std::vector<const std::vector<float>*>& extra = {});
+  DeviceWeights(const model::v4::ModelWeights& w, GemmType type,
+                const std::vector<const std::vector<float>*>& extra = {});
   ~DeviceWeights();
   DeviceWeights(const DeviceWeights&) = delete;
   DeviceWeights& operator=(const DeviceWeights&) = delete;
@@ -68,6 +72,7 @@ class DeviceWeights {
   const float* vec(const std::vector<float>& v) const;
   const int32_t* ints(const std::vector<int32_t>& v) const;
   int64_t bytes() const { return bytes_; }
+  GemmType type() const { return type_; }
 
  private:
   void add(const WeightRef& w);
@@ -77,6 +82,7 @@ class DeviceWeights {
   std::map<const void*, const int32_t*> ints_;
   std::vector<void*> allocations_;
   int64_t bytes_ = 0;
+  GemmType type_;
 };
 
 // Where one layer's fixed state lives inside a sequence's device block (offsets in floats).
@@ -152,12 +158,16 @@ class CudaBackend {
   Tensor tensor(int64_t rows, int64_t cols) { return {scratch_.alloc<float>(rows * cols), rows, cols}; }
   template <typename T>
   T* upload(const std::vector<T>& host);
-  // y = x · wᵀ for bf16 x (already converted) into fp32 y.
-  void gemm(const __nv_bfloat16* x, int64_t m, const DeviceMatrix& w, float* y);
-  void swiglu_expert(const model::v4::ExpertWeights& w, const __nv_bfloat16* x, int64_t m, float* y, double limit);
+  // x as a GEMM operand of the weights' element type: a converted copy in scratch (bf16), or x itself (fp32).
+  const void* gemm_input(const float* x, int64_t count);
+  void* gemm_operand(int64_t count) { return scratch_.bytes(static_cast<size_t>(count) * gemm_type_size(type_)); }
+  // y = x · wᵀ for x already a GEMM operand, into fp32 y.
+  void gemm(const void* x, int64_t m, const DeviceMatrix& w, float* y);
+  void swiglu_expert(const model::v4::ExpertWeights& w, const void* x, int64_t m, float* y, double limit);
   const EntryTable& entry_table(int64_t layer, model::v4::CompressorSlot slot) const;
 
   const DeviceWeights& weights_;
+  const GemmType type_;  // the weights' element type; activations are converted to it for every product
   Gemm& gemm_;
   Scratch& scratch_;
   const std::vector<LayerOffsets>& layout_;

@@ -11,7 +11,8 @@ namespace {
 class CudaRunner : public ForwardRunner {
  public:
   CudaRunner(const Model::Parts& p, Precision precision)
-      : p_(p), precision_(precision), weights_(p.w, {&p.rope_main.inv_freq, &p.rope_compress.inv_freq}) {
+      : p_(p), weights_(p.w, precision == Precision::Fp32 ? cuda::GemmType::Fp32 : cuda::GemmType::Bf16,
+                 {&p.rope_main.inv_freq, &p.rope_compress.inv_freq}) {
     // Every sequence's block: per layer its window ring, then each compressor's pending and overlap buffers.
     int64_t at = 0;
     for (const LayerWeights& l : p.w.layers) {
@@ -68,7 +69,6 @@ class CudaRunner : public ForwardRunner {
 
  private:
   const Model::Parts& p_;
-  Precision precision_;
   std::vector<int64_t> routed_;
   cuda::DeviceWeights weights_;
   cuda::Gemm gemm_;

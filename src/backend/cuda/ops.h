@@ -4,7 +4,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
 
 namespace strata::cuda {
 
@@ -24,7 +28,12 @@ void sparse_attention(const float* q, const float* const* keys, const int32_t* k
                       const float* sinks, float* out, int64_t rows, int64_t heads, int64_t head_dim, float scale,
                       cudaStream_t stream);
 
-// y[m, n] = Σ_k x[m, k] · w[n, k] with bf16 operands and fp32 accumulation and output (cuBLASLt, TN layout).
+// The element type of matrix-product operands (weights and the activations fed to them): bf16 (the product) or
+// fp32 (the reference precision: fp32 arithmetic throughout, no TF32).
+enum class GemmType { Bf16, Fp32 };
+inline size_t gemm_type_size(GemmType t) { return t == GemmType::Bf16 ? 2 : 4; }
+
+// y[m, n] = Σ_k x[m, k] · w[n, k] with fp32 accumulation and output (cuBLASLt, TN layout).
 class Gemm {
  public:
   Gemm();
@@ -33,13 +42,19 @@ class Gemm {
   Gemm& operator=(const Gemm&) = delete;
   void bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int64_t m, int64_t n, int64_t k,
             cudaStream_t stream) {
-    bf16_strided(x, k, w, k, y, n, m, n, k, stream);
+    run(GemmType::Bf16, x, k, w, k, y, n, m, n, k, stream);
   }
-  // The same with row strides (elements) for x, w and y: column blocks of larger row-major matrices.
-  void bf16_strided(const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t ldw, float* y, int64_t ldy,
-                    int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+  // x and w of element type `type`, with row strides (elements) for x, w and y: column blocks of larger row-major
+  // matrices too.
+  void run(GemmType type, const void* x, int64_t ldx, const void* w, int64_t ldw, float* y, int64_t ldy, int64_t m,
+           int64_t n, int64_t k, cudaStream_t stream);
 
  private:
+  struct Plan;
+  using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t>;
+  const Plan& plan(GemmType type, const void* x, int64_t ldx, const void* w, int64_t ldw, const float* y, int64_t ldy,
+                   int64_t m, int64_t n, int64_t k);
+  std::map<PlanKey, std::unique_ptr<Plan>> plans_;
   void* handle_ = nullptr;     // cublasLtHandle_t
   void* workspace_ = nullptr;  // device scratch for cuBLASLt's algorithms
   size_t workspace_bytes_ = 32u << 20;

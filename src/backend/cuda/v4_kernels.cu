@@ -53,16 +53,28 @@ __device__ const float* entry_address(const EntryTable& t, int64_t chunk, int64_
   return t.arena + static_cast<int64_t>(page) * t.page_floats + (n % t.per_page) * t.dim;
 }
 
-__global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
+// GEMM operand elements: bf16 (rounded to nearest even) or fp32.
+template <typename T>
+__device__ T from_float(float v);
+template <>
+__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+template <>
+__device__ float from_float<float>(float v) { return v; }
+__device__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ float to_float(float v) { return v; }
+
+template <typename T>
+__global__ void to_gemm_input_kernel(const float* x, T* y, int64_t n) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) y[i] = __float2bfloat16(x[i]);
+  if (i < n) y[i] = from_float<T>(x[i]);
 }
 
-__global__ void embed_kernel(const __nv_bfloat16* table, const int32_t* tokens, float* out, int64_t d, int64_t copies) {
+template <typename T>
+__global__ void embed_kernel(const T* table, const int32_t* tokens, float* out, int64_t d, int64_t copies) {
   const int64_t r = blockIdx.x;
-  const __nv_bfloat16* src = table + static_cast<int64_t>(tokens[r]) * d;
+  const T* src = table + static_cast<int64_t>(tokens[r]) * d;
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    const float v = __bfloat162float(src[c]);
+    const float v = to_float(src[c]);
     for (int64_t h = 0; h < copies; ++h) out[(r * copies + h) * d + c] = v;
   }
 }
@@ -418,16 +430,18 @@ __global__ void route_kernel(const float* logits, const float* bias, const int32
   for (int64_t j = 0; j < k; ++j) weights[r * k + j] = s[chosen[j]] / (sum + 1e-20f) * routed_scaling;
 }
 
-__global__ void gather_bf16_kernel(const float* x, const int32_t* index, __nv_bfloat16* y, int64_t d) {
+template <typename T>
+__global__ void gather_rows_kernel(const float* x, const int32_t* index, T* y, int64_t d) {
   const float* src = x + static_cast<int64_t>(index[blockIdx.x]) * d;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) y[blockIdx.x * d + c] = __float2bfloat16(src[c]);
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) y[blockIdx.x * d + c] = from_float<T>(src[c]);
 }
 
-__global__ void swiglu_kernel(const float* gate, const float* up, __nv_bfloat16* h, int64_t n, float limit) {
+template <typename T>
+__global__ void swiglu_kernel(const float* gate, const float* up, T* h, int64_t n, float limit) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const float g = fminf(gate[i], limit), u = fminf(fmaxf(up[i], -limit), limit);
-  h[i] = __float2bfloat16(g / (1.0f + expf(-g)) * u);
+  h[i] = from_float<T>(g / (1.0f + expf(-g)) * u);
 }
 
 __global__ void moe_combine_kernel(const float* base, const float* routed, const int32_t* slot, const float* weight,
@@ -442,16 +456,24 @@ __global__ void moe_combine_kernel(const float* base, const float* routed, const
 
 }  // namespace
 
-void to_bf16(const float* x, __nv_bfloat16* y, int64_t n, cudaStream_t stream) {
+void to_gemm_input(const float* x, void* y, int64_t n, GemmType type, cudaStream_t stream) {
   if (n == 0) return;
-  to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+  if (type == GemmType::Bf16)
+    to_gemm_input_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, static_cast<__nv_bfloat16*>(y), n);
+  else
+    to_gemm_input_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, static_cast<float*>(y), n);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
-void embed(const __nv_bfloat16* table, const int32_t* tokens, float* out, int64_t rows, int64_t d, int64_t copies,
-           cudaStream_t stream) {
+void embed(const void* table, GemmType type, const int32_t* tokens, float* out, int64_t rows, int64_t d,
+           int64_t copies, cudaStream_t stream) {
   if (rows == 0) return;
-  embed_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(table, tokens, out, d, copies);
+  if (type == GemmType::Bf16)
+    embed_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(table),
+                                                                        tokens, out, d, copies);
+  else
+    embed_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(static_cast<const float*>(table), tokens, out,
+                                                                        d, copies);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
@@ -549,15 +571,22 @@ void route(const float* logits, const float* bias, const int32_t* tid2eid, const
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
-void gather_bf16(const float* x, const int32_t* index, __nv_bfloat16* y, int64_t n, int64_t d, cudaStream_t stream) {
+void gather_rows(const float* x, const int32_t* index, void* y, int64_t n, int64_t d, GemmType type,
+                 cudaStream_t stream) {
   if (n == 0) return;
-  gather_bf16_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(x, index, y, d);
+  if (type == GemmType::Bf16)
+    gather_rows_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(x, index, static_cast<__nv_bfloat16*>(y), d);
+  else
+    gather_rows_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(x, index, static_cast<float*>(y), d);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
-void swiglu(const float* gate, const float* up, __nv_bfloat16* h, int64_t n, float limit, cudaStream_t stream) {
+void swiglu(const float* gate, const float* up, void* h, int64_t n, float limit, GemmType type, cudaStream_t stream) {
   if (n == 0) return;
-  swiglu_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, h, n, limit);
+  if (type == GemmType::Bf16)
+    swiglu_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, static_cast<__nv_bfloat16*>(h), n, limit);
+  else
+    swiglu_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, static_cast<float*>(h), n, limit);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/ops.h"
+
 namespace strata::cuda {
 
 // Where a compressor's entries are: entry n of chunk c is at
@@ -26,11 +28,11 @@ struct StepLayout {
   int64_t rows = 0, chunks = 0;
 };
 
-// y[r, c] = bf16(x[r, c]).
-void to_bf16(const float* x, __nv_bfloat16* y, int64_t n, cudaStream_t stream);
-// out[r, h·d + c] = table[tokens[r], c] for h < copies.
-void embed(const __nv_bfloat16* table, const int32_t* tokens, float* out, int64_t rows, int64_t d, int64_t copies,
-           cudaStream_t stream);
+// y[i] = x[i] as `type` (bf16 rounds; fp32 copies) for i < n: activations into GEMM operands.
+void to_gemm_input(const float* x, void* y, int64_t n, GemmType type, cudaStream_t stream);
+// out[r, h·d + c] = table[tokens[r], c] for h < copies; the table's elements are of `type`.
+void embed(const void* table, GemmType type, const int32_t* tokens, float* out, int64_t rows, int64_t d,
+           int64_t copies, cudaStream_t stream);
 
 // mHC pre: from streams [rows, hc·d]: mix = fn · rmsnorm(streams), pre/post/comb (Sinkhorn), collapsed = Σ pre·stream.
 // mix_out: [rows, hc + hc·hc] (post, then comb row-major).
@@ -87,10 +89,11 @@ void update_window(const float* kv, float* const* ring, int64_t ring_offset, int
 void route(const float* logits, const float* bias, const int32_t* tid2eid, const int32_t* tokens, int64_t rows,
            int64_t experts, int64_t k, int scoring_func, float routed_scaling, float* scores, int32_t* ids,
            float* weights, cudaStream_t stream);
-// y[i] = bf16(x[index[i]]) for i < n.
-void gather_bf16(const float* x, const int32_t* index, __nv_bfloat16* y, int64_t n, int64_t d, cudaStream_t stream);
-// h = bf16(silu(min(gate, L)) · clamp(up, −L, L)) for [n, inter].
-void swiglu(const float* gate, const float* up, __nv_bfloat16* h, int64_t n, float limit, cudaStream_t stream);
+// y[i] = x[index[i]] as `type`, rows of d, for i < n.
+void gather_rows(const float* x, const int32_t* index, void* y, int64_t n, int64_t d, GemmType type,
+                 cudaStream_t stream);
+// h = silu(min(gate, L)) · clamp(up, −L, L) as `type`, for [n, inter].
+void swiglu(const float* gate, const float* up, void* h, int64_t n, float limit, GemmType type, cudaStream_t stream);
 // out[r] = base[r] + Σ_j weight[r, j] · routed[slot[r, j]] over j < k (base may be null).
 void moe_combine(const float* base, const float* routed, const int32_t* slot, const float* weight, float* out,
                  int64_t rows, int64_t k, int64_t d, cudaStream_t stream);
