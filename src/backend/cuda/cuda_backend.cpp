@@ -97,6 +97,29 @@ DeviceWeights::DeviceWeights(const ModelWeights& w, GemmType type, const std::ve
     }
   }
   for (const std::vector<float>* v : extra) add(*v);
+  for (const LayerWeights& l : w.layers) {
+    const std::vector<ExpertWeights>& ex = l.ffn.experts;
+    if (ex.empty() || expert_tables_.count(ex.data())) continue;
+    ExpertTables t;
+    for (auto [member, dst] : {std::pair{&ExpertWeights::w1, &t.w1}, std::pair{&ExpertWeights::w3, &t.w3},
+                               std::pair{&ExpertWeights::w2, &t.w2}}) {
+      std::vector<const void*> table;
+      for (const ExpertWeights& e : ex) table.push_back(matrix(e.*member).data);
+      void* d = nullptr;
+      const size_t bytes = table.size() * sizeof(const void*);
+      STRATA_CUDA_CHECK(cudaMalloc(&d, bytes));
+      STRATA_CUDA_CHECK(cudaMemcpy(d, table.data(), bytes, cudaMemcpyHostToDevice));
+      allocations_.push_back(d);
+      *dst = static_cast<const void* const*>(d);
+    }
+    expert_tables_[ex.data()] = t;
+  }
+}
+
+const DeviceWeights::ExpertTables& DeviceWeights::experts(const MoeWeights& w) const {
+  const auto it = expert_tables_.find(w.experts.data());
+  if (it == expert_tables_.end()) fail("CUDA backend: a layer's expert tables were not uploaded");
+  return it->second;
 }
 
 DeviceWeights::~DeviceWeights() {
@@ -196,6 +219,8 @@ void CudaBackend::begin_step(const Step& step) {
   rows_.rows = n;
   rows_.chunks = chunks;
   tokens_ = upload(r.tokens);
+  routed_experts_.clear();
+  routed_active_ = scratch_.alloc<int32_t>(cfg_.num_hidden_layers);
   for (const RopeTable* table : ropes_) {
     const int64_t half = table->half();
     std::vector<float> c(static_cast<size_t>(n * half)), sn(c.size());
@@ -267,7 +292,13 @@ void CudaBackend::end_step(const Step& step) {
         st.has_overlap = st.n_entries > 0;
       }
   }
+  std::vector<int32_t> active(routed_experts_.size());
+  if (!active.empty())
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(active.data(), routed_active_, active.size() * sizeof(int32_t),
+                                      cudaMemcpyDeviceToHost, stream_));
   STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (size_t l = 0; l < routed_experts_.size(); ++l)
+    if (routed_experts_[l] < 0) routed_experts_[l] = active[l];
 }
 
 Mat CudaBackend::to_host(const Tensor& x) const {
@@ -459,11 +490,40 @@ void CudaBackend::swiglu_expert(const ExpertWeights& w, const void* x, int64_t m
   gemm(h, m, w2, y);
 }
 
-// First version: the routing comes back to the host, which groups rows by expert; then one GEMM chain per expert
-// that has rows (a grouped GEMM over all experts replaces this).
+// Decode-sized steps: routing grouped on the device and two grouped launches (moe.h), no host round trip. Larger
+// steps: the routing comes back to the host, which groups rows by expert, then one cuBLASLt chain per expert with
+// rows — at prefill sizes each expert has enough rows for a real GEMM and one sync per layer is noise.
 CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing, const MoeWeights& w,
                                          const ModelConfig& cfg) {
   const int64_t n = x.rows, d = x.cols, k = routing.k;
+  const int64_t n_experts = static_cast<int64_t>(w.experts.size());
+  const int64_t inter = n_experts ? w.experts[0].w1.rows : 0;
+  // The grouped kernels stream each expert's weights once per few rows: right while experts have few rows each
+  // (decode up to batch ~256 at 256 experts of top-6), not for prefill.
+  if (n * k <= std::min(kMoePlanMaxPairs, 8 * n_experts) && n_experts > 0 && moe_grouped_supported(type_, d, inter)) {
+    const int64_t pairs = n * k;
+    MoePlan plan{scratch_.alloc<int32_t>(pairs),    scratch_.alloc<int32_t>(n_experts + 1),
+                 scratch_.alloc<int32_t>(n_experts), routed_active_ + routed_experts_.size(),
+                 scratch_.alloc<int32_t>(pairs),    scratch_.alloc<float>(pairs)};
+    routed_experts_.push_back(-1);
+    moe_plan(routing.ids, routing.weights, n, k, n_experts, plan, stream_);
+    const DeviceWeights::ExpertTables& tables = weights_.experts(w);
+    const int64_t max_active = std::min(n_experts, pairs);
+    void* h = gemm_operand(pairs * inter);
+    moe_gate_up(type_, gemm_input(x.data, n * d), plan, max_active, tables.w1, tables.w3, d, inter,
+                static_cast<float>(cfg.swiglu_limit), h, stream_);
+    float* routed = scratch_.alloc<float>(pairs * d);
+    moe_down(type_, h, plan, max_active, tables.w2, inter, d, routed, stream_);
+    float* shared = nullptr;
+    if (w.shared) {
+      shared = scratch_.alloc<float>(n * d);
+      swiglu_expert(*w.shared, gemm_input(x.data, n * d), n, shared, cfg.swiglu_limit);
+    }
+    Tensor out = tensor(n, d);
+    moe_combine(shared, routed, plan.slot, plan.slot_weight, out.data, n, k, d, stream_);
+    return out;
+  }
+
   std::vector<int32_t> ids(static_cast<size_t>(n * k));
   std::vector<float> weight(ids.size());
   STRATA_CUDA_CHECK(cudaMemcpyAsync(ids.data(), routing.ids, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
@@ -471,7 +531,6 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
   STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
 
   // Rows of each expert in row order; each (row, expert) pair gets a slot in the routed output.
-  const int64_t n_experts = static_cast<int64_t>(w.experts.size());
   std::vector<std::vector<int32_t>> rows_of(static_cast<size_t>(n_experts));
   for (int64_t r = 0; r < n; ++r)
     for (int64_t j = 0; j < k; ++j) rows_of[static_cast<size_t>(ids[static_cast<size_t>(r * k + j)])].push_back(static_cast<int32_t>(r));

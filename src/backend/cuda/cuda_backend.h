@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cuda/moe.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/v4_kernels.h"
 #include "core/tensor.h"
@@ -71,6 +72,13 @@ class DeviceWeights {
   const DeviceMatrix& matrix(const WeightRef& w) const;
   const float* vec(const std::vector<float>& v) const;
   const int32_t* ints(const std::vector<int32_t>& v) const;
+  // Device tables of the routed experts' matrices (each expert's w1, w3 or w2), for the grouped kernels.
+  struct ExpertTables {
+    const void* const* w1 = nullptr;
+    const void* const* w3 = nullptr;
+    const void* const* w2 = nullptr;
+  };
+  const ExpertTables& experts(const model::v4::MoeWeights& w) const;
   int64_t bytes() const { return bytes_; }
   GemmType type() const { return type_; }
 
@@ -80,6 +88,7 @@ class DeviceWeights {
   std::map<const void*, DeviceMatrix> matrices_;
   std::map<const void*, const float*> vectors_;
   std::map<const void*, const int32_t*> ints_;
+  std::map<const void*, ExpertTables> expert_tables_;  // by the address of MoeWeights::experts' first element
   std::vector<void*> allocations_;
   int64_t bytes_ = 0;
   GemmType type_;
@@ -184,7 +193,8 @@ class CudaBackend {
   std::map<int64_t, int64_t> closed_max_;                        // rate → most entries any chunk has after the step
   std::vector<EntryTable> tables_;                               // [layer · 2 + slot]
   std::map<const model::v4::RopeTable*, std::pair<const float*, const float*>> rope_rows_;
-  std::vector<int64_t> routed_experts_;
+  std::vector<int64_t> routed_experts_;  // -1: counted on the device (routed_active_), read at end_step
+  int32_t* routed_active_ = nullptr;     // [layers] the grouped path's active-expert counts, this step
 };
 
 }  // namespace strata::cuda

@@ -1,0 +1,196 @@
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/moe.h"
+
+namespace strata::cuda {
+
+namespace {
+
+constexpr int kPlanThreads = 1024;
+constexpr int kThreads = 256;        // 8 warps per block of the grouped kernels
+constexpr int kRowsPerBlock = 32;    // output channels per block: 4 per warp
+constexpr size_t kVectorBytes = 16;  // weights and operands are read as 16-byte vectors
+
+__global__ void moe_plan_kernel(const int32_t* ids, const float* weights, int rows, int k, int experts, MoePlan plan) {
+  extern __shared__ int32_t shared[];
+  int32_t* count = shared;             // [experts]
+  int32_t* start = count + experts;    // [experts + 1]
+  int32_t* id = start + experts + 1;   // [pairs]
+  const int pairs = rows * k;
+  for (int i = threadIdx.x; i < experts; i += blockDim.x) count[i] = 0;
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) id[i] = ids[i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) atomicAdd(&count[id[i]], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int at = 0, active = 0;
+    for (int e = 0; e < experts; ++e) {
+      start[e] = at;
+      if (count[e]) plan.active[active++] = e;
+      at += count[e];
+    }
+    start[experts] = at;
+    *plan.n_active = active;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i <= experts; i += blockDim.x) plan.expert_start[i] = start[i];
+  // Pair p = (row r, choice j) of expert e: its place among e's pairs is how many earlier pairs chose e (rows
+  // ascending), and its place in row r is how many of r's choices sort before it by (expert, choice).
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int r = p / k, j = p % k, e = id[p];
+    int rank = 0;
+    for (int q = 0; q < p; ++q) rank += id[q] == e;
+    const int at = start[e] + rank;
+    plan.pair_row[at] = r;
+    int order = 0;
+    for (int jj = 0; jj < k; ++jj) {
+      const int other = id[r * k + jj];
+      order += other < e || (other == e && jj < j);
+    }
+    plan.slot[r * k + order] = at;
+    plan.slot_weight[r * k + order] = weights[p];
+  }
+}
+
+__device__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ float to_float(float v) { return v; }
+template <typename T>
+__device__ T from_float(float v);
+template <>
+__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+template <>
+__device__ float from_float<float>(float v) { return v; }
+
+// Tokens of one expert staged in shared memory at a time: 32 KiB of operands at hidden 4096.
+template <typename T>
+__host__ __device__ constexpr int tokens_per_tile() {
+  return sizeof(T) == 2 ? 4 : 2;
+}
+
+// One block = one active expert × kRowsPerBlock output channels; each warp owns channels and streams their weight
+// rows once per tile of tokens (a 16-byte vector per lane per step), the tile's operands sitting in shared memory.
+// kGateUp: two matrices (W1, W3) whose outputs meet in the SwiGLU, written as T; otherwise one matrix, fp32 out.
+template <typename T, bool kGateUp>
+__global__ void moe_grouped_kernel(const T* x, bool x_by_row, MoePlan plan, const T* const* wa, const T* const* wb,
+                                   int64_t in, int64_t out_width, float limit, void* out) {
+  constexpr int kTile = tokens_per_tile<T>();
+  constexpr int kVec = static_cast<int>(kVectorBytes / sizeof(T));
+  const int slot = blockIdx.x;
+  if (slot >= *plan.n_active) return;
+  const int e = plan.active[slot];
+  const int p0 = plan.expert_start[e], p1 = plan.expert_start[e + 1];
+  extern __shared__ __align__(16) unsigned char staged_bytes[];
+  T* staged = reinterpret_cast<T*>(staged_bytes);  // [kTile, in]
+  const T* a = wa[e];
+  const T* b = kGateUp ? wb[e] : nullptr;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int64_t n_begin = static_cast<int64_t>(blockIdx.y) * kRowsPerBlock;
+  const int64_t n_end = min(n_begin + kRowsPerBlock, out_width);
+  for (int pt = p0; pt < p1; pt += kTile) {
+    const int nt = min(kTile, p1 - pt);
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < static_cast<int64_t>(nt) * in; i += blockDim.x) {
+      const int t = static_cast<int>(i / in);
+      const int64_t row = x_by_row ? plan.pair_row[pt + t] : pt + t;
+      staged[i] = x[row * in + i % in];
+    }
+    __syncthreads();
+    for (int64_t n = n_begin + warp; n < n_end; n += warps) {
+      float acc_a[kTile] = {}, acc_b[kTile] = {};
+      const T* ra = a + n * in;
+      const T* rb = kGateUp ? b + n * in : nullptr;
+      for (int64_t c = static_cast<int64_t>(lane) * kVec; c < in; c += 32 * kVec) {
+        T va[kVec], vb[kVec];
+        *reinterpret_cast<uint4*>(va) = *reinterpret_cast<const uint4*>(ra + c);
+        if constexpr (kGateUp) *reinterpret_cast<uint4*>(vb) = *reinterpret_cast<const uint4*>(rb + c);
+#pragma unroll
+        for (int t = 0; t < kTile; ++t) {
+          if (t >= nt) break;
+          T xv[kVec];
+          *reinterpret_cast<uint4*>(xv) = *reinterpret_cast<const uint4*>(staged + t * in + c);
+#pragma unroll
+          for (int v = 0; v < kVec; ++v) {
+            const float xf = to_float(xv[v]);
+            acc_a[t] += to_float(va[v]) * xf;
+            if constexpr (kGateUp) acc_b[t] += to_float(vb[v]) * xf;
+          }
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < kTile; ++t) {
+        for (int o = 16; o > 0; o >>= 1) {
+          acc_a[t] += __shfl_xor_sync(0xffffffffu, acc_a[t], o);
+          if constexpr (kGateUp) acc_b[t] += __shfl_xor_sync(0xffffffffu, acc_b[t], o);
+        }
+      }
+      if (lane == 0) {
+        for (int t = 0; t < nt; ++t) {
+          const int64_t at = static_cast<int64_t>(pt + t) * out_width + n;
+          if constexpr (kGateUp) {
+            const float g = fminf(acc_a[t], limit), u = fminf(fmaxf(acc_b[t], -limit), limit);
+            static_cast<T*>(out)[at] = from_float<T>(g / (1.0f + expf(-g)) * u);
+          } else {
+            static_cast<float*>(out)[at] = acc_a[t];
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename T, bool kGateUp>
+void launch_grouped(const void* x, bool x_by_row, const MoePlan& plan, int64_t max_active, const void* const* wa,
+                    const void* const* wb, int64_t in, int64_t out_width, float limit, void* out,
+                    cudaStream_t stream) {
+  if (max_active == 0) return;
+  const size_t shared = static_cast<size_t>(tokens_per_tile<T>() * in) * sizeof(T);
+  if (shared > 48u * 1024u)
+    STRATA_CUDA_CHECK(cudaFuncSetAttribute(moe_grouped_kernel<T, kGateUp>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(shared)));
+  const dim3 grid(static_cast<unsigned>(max_active), static_cast<unsigned>((out_width + kRowsPerBlock - 1) / kRowsPerBlock));
+  moe_grouped_kernel<T, kGateUp><<<grid, kThreads, shared, stream>>>(
+      static_cast<const T*>(x), x_by_row, plan, reinterpret_cast<const T* const*>(wa),
+      reinterpret_cast<const T* const*>(wb), in, out_width, limit, out);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void moe_plan(const int32_t* ids, const float* weights, int64_t rows, int64_t k, int64_t experts, const MoePlan& plan,
+              cudaStream_t stream) {
+  const int64_t pairs = rows * k;
+  if (pairs == 0) return;
+  const size_t shared = static_cast<size_t>(2 * experts + 1 + pairs) * sizeof(int32_t);
+  if (shared > 48u * 1024u)
+    STRATA_CUDA_CHECK(
+        cudaFuncSetAttribute(moe_plan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+  moe_plan_kernel<<<1, kPlanThreads, shared, stream>>>(ids, weights, static_cast<int>(rows), static_cast<int>(k),
+                                                       static_cast<int>(experts), plan);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+bool moe_grouped_supported(GemmType type, int64_t hidden, int64_t inter) {
+  const auto vec = static_cast<int64_t>(kVectorBytes / gemm_type_size(type));
+  return hidden % vec == 0 && inter % vec == 0;
+}
+
+void moe_gate_up(GemmType type, const void* x, const MoePlan& plan, int64_t max_active, const void* const* w1,
+                 const void* const* w3, int64_t hidden, int64_t inter, float limit, void* h, cudaStream_t stream) {
+  if (type == GemmType::Bf16)
+    launch_grouped<__nv_bfloat16, true>(x, true, plan, max_active, w1, w3, hidden, inter, limit, h, stream);
+  else
+    launch_grouped<float, true>(x, true, plan, max_active, w1, w3, hidden, inter, limit, h, stream);
+}
+
+void moe_down(GemmType type, const void* h, const MoePlan& plan, int64_t max_active, const void* const* w2,
+              int64_t inter, int64_t hidden, float* y, cudaStream_t stream) {
+  if (type == GemmType::Bf16)
+    launch_grouped<__nv_bfloat16, false>(h, false, plan, max_active, w2, nullptr, inter, hidden, 0.0f, y, stream);
+  else
+    launch_grouped<float, false>(h, false, plan, max_active, w2, nullptr, inter, hidden, 0.0f, y, stream);
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,45 @@
+#pragma once
+// Routed experts of a decode-sized step on the device, with no host round trip: the routing is grouped by expert
+// on the GPU (moe_plan), then one launch computes every active expert's gate/up projections with the SwiGLU fused,
+// and one launch its down projection. Each expert's weights are read once per step, which is what bounds decode.
+// Larger steps (prefill) take the per-expert cuBLASLt path in cuda_backend.cpp.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/ops.h"
+
+namespace strata::cuda {
+
+// Where each routed (row, expert) pair goes: pairs grouped by expert in ascending expert order, rows ascending
+// within an expert (the CPU reference's order).
+struct MoePlan {
+  int32_t* pair_row = nullptr;      // [pairs] the row of each grouped pair
+  int32_t* expert_start = nullptr;  // [experts + 1] first grouped pair of each expert
+  int32_t* active = nullptr;        // [experts] the experts with pairs, ascending
+  int32_t* n_active = nullptr;      // [1]
+  int32_t* slot = nullptr;          // [rows, k] each row's grouped pairs in ascending expert order
+  float* slot_weight = nullptr;     // [rows, k] their routing weights
+};
+
+// One block plans the whole step, so the device path takes steps of at most this many (row, expert) pairs.
+constexpr int64_t kMoePlanMaxPairs = 4096;
+
+// The plan of `rows` rows routed to ids[rows, k] with weights[rows, k] among `experts` experts.
+void moe_plan(const int32_t* ids, const float* weights, int64_t rows, int64_t k, int64_t experts, const MoePlan& plan,
+              cudaStream_t stream);
+
+// True when the grouped kernels take these widths (whole 16-byte vectors per row).
+bool moe_grouped_supported(GemmType type, int64_t hidden, int64_t inter);
+
+// h[p] = silu(min(W1_e·x, L)) · clamp(W3_e·x, −L, L) for x = x[pair_row[p]], every pair p of every active expert e.
+// x [rows, hidden] and h [pairs, inter] are GEMM operands of `type`; w1/w3 are device tables of each expert's
+// [inter, hidden] matrix. `max_active` bounds the active experts (min(experts, pairs)): the grid's size.
+void moe_gate_up(GemmType type, const void* x, const MoePlan& plan, int64_t max_active, const void* const* w1,
+                 const void* const* w3, int64_t hidden, int64_t inter, float limit, void* h, cudaStream_t stream);
+
+// y[p] = W2_e · h[p] (fp32) for every pair p of every active expert e; w2 holds [hidden, inter] matrices.
+void moe_down(GemmType type, const void* h, const MoePlan& plan, int64_t max_active, const void* const* w2,
+              int64_t inter, int64_t hidden, float* y, cudaStream_t stream);
+
+}  // namespace strata::cuda
