@@ -179,6 +179,14 @@ const TensorView* TensorStore::find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
+void TensorStore::add_in_memory(TensorView view, std::shared_ptr<const void> owner) {
+  if (tensors_.count(view.name)) fail("tensor '", view.name, "' added twice to one checkpoint");
+  if (view.file.empty()) view.file = "(memory)";
+  if (buffers_.empty() || buffers_.back() != owner) buffers_.push_back(std::move(owner));
+  const std::string name = view.name;
+  tensors_.emplace(name, std::move(view));
+}
+
 OwnedTensor make_f32_tensor(const std::string& name, std::vector<int64_t> shape, const std::vector<float>& values) {
   OwnedTensor t;
   t.name = name;

@@ -47,10 +47,14 @@ class TensorStore {
   const TensorView* find(const std::string& name) const;
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Adds a tensor whose bytes live in memory that `owner` keeps alive: a checkpoint made in memory (random weights
+  // for a benchmark) rather than mapped from a file, so it loads through the same checks as one on disk.
+  void add_in_memory(TensorView view, std::shared_ptr<const void> owner);
 
  private:
   void add_file(const std::string& path);
   std::vector<std::shared_ptr<MappedFile>> files_;
+  std::vector<std::shared_ptr<const void>> buffers_;  // owners of add_in_memory's tensors
   std::map<std::string, TensorView> tensors_;
   std::map<std::string, std::string> metadata_;
 };

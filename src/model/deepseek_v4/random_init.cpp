@@ -1,5 +1,9 @@
 #include "model/deepseek_v4/random_init.h"
 
+#include <sys/mman.h>
+
+#include <array>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -238,9 +242,143 @@ void fill_values(const std::vector<Param>& params, size_t index, const ModelConf
   copy_bytes(h, bytes);
 }
 
+// --- Random weights in memory (benchmarks) ----------------------------------------------------------------------
+// Box-Muller normals and per-block amax quantization (above) cost tens of ns per value: minutes for one V4-Flash
+// layer (6.6 G parameters). Here every value is one 16-bit slice of a splitmix64 draw mapped onto a uniform
+// distribution with the mean and standard deviation draw_values gives that kind of parameter.
+
+struct Moments {
+  double mean, std;
+};
+
+// Must follow draw_values: its distribution's mean and standard deviation for each kind.
+Moments moments(Init init, double fan_in) {
+  switch (init) {
+    case Init::Linear:
+    case Init::HcFn: return {0.0, 1.0 / std::sqrt(fan_in)};
+    case Init::Embedding:
+    case Init::Sink: return {0.0, 1.0};
+    case Init::Norm: return {1.0, 0.1};
+    case Init::PositionBias:
+    case Init::HcBase: return {0.0, 0.5};
+    case Init::HcScale: return {1.0, 1.0 / std::sqrt(12.0)};  // 0.5 + U[0, 1)
+    case Init::CorrectionBias: return {0.0, 0.1};
+    case Init::TokenToExpert: break;
+  }
+  return {0.0, 0.0};
+}
+
+// u in [0, 65536) → the midpoint of its 1/65536 slice of [-1, 1).
+inline float unit(uint64_t u) { return static_cast<float>((2.0 * static_cast<double>(u) + 1.0) / 65536.0 - 1.0); }
+
+// The e4m3 code nearest 448 · unit(u): codes whose values are uniform on [-448, 448], so code × (half / 448) is
+// uniform on [-half, half] with one scale for every block.
+const std::array<uint8_t, 65536>& fp8_uniform_codes() {
+  static const std::array<uint8_t, 65536> table = [] {
+    std::array<uint8_t, 65536> t{};
+    for (uint64_t u = 0; u < t.size(); ++u) t[u] = f32_to_fp8_e4m3(448.0f * unit(u));
+    return t;
+  }();
+  return table;
+}
+
+// Rows [row0, row0 + rows) of one parameter: what one thread fills at a time.
+struct Piece {
+  size_t param;
+  int64_t row0, rows;
+};
+
+constexpr int64_t kPieceValues = 1 << 20;  // small enough to balance threads, large enough to amortize a piece
+
+// The logical [rows, cols] of a parameter: a matrix's own shape (also for quantized storage), vectors one row.
+std::array<int64_t, 2> logical_shape(const Param& p) {
+  const std::vector<int64_t>& shape = p.matrix.empty() ? p.spec.shape : p.matrix;
+  int64_t n = 1;
+  for (int64_t x : shape) n *= x;
+  const int64_t rows = shape.size() == 2 ? shape[0] : 1;
+  return {rows, rows > 0 ? n / rows : 0};
+}
+
+std::vector<Piece> split_into_pieces(const std::vector<Param>& params) {
+  std::vector<Piece> pieces;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Param& p = params[i];
+    if (p.block_scale) continue;  // filled with its weight
+    const auto [rows, cols] = logical_shape(p);
+    if (p.init == Init::TokenToExpert) {
+      pieces.push_back({i, 0, rows});
+      continue;
+    }
+    int64_t step = std::max<int64_t>(1, kPieceValues / std::max<int64_t>(cols, 1));
+    if (p.storage == Storage::Fp8) step = (step + kFp8Block - 1) / kFp8Block * kFp8Block;  // whole scale blocks
+    for (int64_t r = 0; r < rows; r += step) pieces.push_back({i, r, std::min(step, rows - r)});
+  }
+  return pieces;
+}
+
+// `at[i]`: where parameter i's bytes go.
+void fill_piece(const std::vector<Param>& params, const Piece& piece, const ModelConfig& c, uint64_t seed,
+                const std::vector<uint8_t*>& at) {
+  const Param& p = params[piece.param];
+  if (p.init == Init::TokenToExpert) {
+    const std::vector<int64_t> ids = draw_token_to_expert(p, c, seed);
+    std::memcpy(at[piece.param], ids.data(), ids.size() * sizeof(int64_t));
+    return;
+  }
+  const auto [rows, cols] = logical_shape(p);
+  const std::vector<int64_t>& shape = p.matrix.empty() ? p.spec.shape : p.matrix;  // as draw_values reads fan_in
+  const Moments m = moments(p.init, shape.size() == 2 ? static_cast<double>(shape[1]) : 1.0);
+  const auto half = static_cast<float>(std::sqrt(3.0) * m.std), mean = static_cast<float>(m.mean);
+  // Each piece has its own stream, so the values do not depend on how threads share the pieces.
+  Rng rng{name_seed(seed, p.spec.name) ^ (0x632be59bd9b4e019ull * static_cast<uint64_t>(piece.row0 + 1))};
+  const int64_t begin = piece.row0 * cols, n = piece.rows * cols;
+  auto each = [&](auto&& put) {
+    for (int64_t i = 0; i < n; i += 4) {
+      const uint64_t r = rng.next();
+      for (int64_t j = 0; j < 4 && i + j < n; ++j) put(begin + i + j, (r >> (16 * j)) & 0xffff);
+    }
+  };
+  if (p.storage == Storage::Fp8) {
+    const std::array<uint8_t, 65536>& codes = fp8_uniform_codes();
+    uint8_t* out = at[piece.param];
+    each([&](int64_t i, uint64_t u) { out[i] = codes[u]; });
+    auto* scales = reinterpret_cast<float*>(at[piece.param + 1]);
+    const int64_t scale_cols = (cols + kFp8Block - 1) / kFp8Block;
+    const int64_t b0 = piece.row0 / kFp8Block, b1 = (piece.row0 + piece.rows + kFp8Block - 1) / kFp8Block;
+    std::fill(scales + b0 * scale_cols, scales + b1 * scale_cols, half / 448.0f);
+    return;
+  }
+  if (p.spec.dtype == DType::BF16) {
+    auto* out = reinterpret_cast<uint16_t*>(at[piece.param]);
+    each([&](int64_t i, uint64_t u) { out[i] = f32_to_bf16(mean + half * unit(u)); });
+    return;
+  }
+  auto* out = reinterpret_cast<float*>(at[piece.param]);
+  each([&](int64_t i, uint64_t u) { out[i] = mean + half * unit(u); });
+}
+
+double available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string key; in >> key;) {
+    double kb = 0;
+    in >> kb;
+    if (key == "MemAvailable:") return kb * 1024.0;
+    in.ignore(256, '\n');
+  }
+  return 0;  // unknown: let the allocation decide
+}
+
+// Anonymous memory that the filling threads touch first; huge pages cut the page faults of tens of GB.
+std::shared_ptr<uint8_t> anonymous_memory(size_t bytes) {
+  void* p = mmap(nullptr, std::max<size_t>(bytes, 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) fail("random weights: cannot allocate ", bytes, " bytes: ", std::strerror(errno));
+  madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without transparent huge pages it is just slower
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [bytes](uint8_t* q) { munmap(q, std::max<size_t>(bytes, 1)); });
+}
+
 }  // namespace
 
-void write_random_checkpoint(const ModelConfig& config, const std::string& dir, uint64_t seed, DType matrix_dtype) {
+ModelConfig random_checkpoint_config(const ModelConfig& config, DType matrix_dtype) {
   if (matrix_dtype != DType::F32 && matrix_dtype != DType::BF16 && matrix_dtype != DType::F8_E4M3 &&
       matrix_dtype != DType::F4_E2M1X2)
     fail("model init: matrices must be F32, BF16, F8_E4M3 or F4_E2M1X2, got ", dtype_name(matrix_dtype));
@@ -253,6 +391,43 @@ void write_random_checkpoint(const ModelConfig& config, const std::string& dir, 
     cfg.quantization->scale_fmt = "ue8m0";
     cfg.expert_dtype = "fp4";
   }
+  return cfg;
+}
+
+ModelWeights random_weights(const ModelConfig& config, uint64_t seed, DType matrix_dtype) {
+  if (matrix_dtype != DType::F32 && matrix_dtype != DType::BF16 && matrix_dtype != DType::F8_E4M3)
+    fail("random weights: matrices must be F32, BF16 or F8_E4M3, got ", dtype_name(matrix_dtype));
+  const ModelConfig cfg = random_checkpoint_config(config, matrix_dtype);
+  const std::vector<Param> params = model_params(cfg, matrix_dtype);
+  std::vector<size_t> offset(params.size());
+  size_t total = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    offset[i] = total;
+    total += (params[i].spec.nbytes() + 63) / 64 * 64;  // cache-line aligned, so no two threads share a line
+  }
+  const double available = available_memory_bytes();
+  if (available > 0 && static_cast<double>(total) > 0.95 * available)
+    fail("random weights: ", cfg.num_hidden_layers, " layers of ", dtype_name(matrix_dtype), " need ",
+         static_cast<double>(total) / (1 << 30), " GiB of host memory; ", available / (1 << 30),
+         " GiB are available (use fewer --layers or --dtype fp8)");
+  const std::shared_ptr<uint8_t> memory = anonymous_memory(total);
+  std::vector<uint8_t*> at(params.size());
+  for (size_t i = 0; i < params.size(); ++i) at[i] = memory.get() + offset[i];
+  const std::vector<Piece> pieces = split_into_pieces(params);
+  fp8_uniform_codes();  // built once, before the threads need it
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t i = 0; i < pieces.size(); ++i) fill_piece(params, pieces[i], cfg, seed, at);
+
+  auto store = std::make_shared<TensorStore>();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const TensorSpec& s = params[i].spec;
+    store->add_in_memory({s.name, s.dtype, s.shape, at[i], s.nbytes(), "(random weights)"}, memory);
+  }
+  return load_weights(cfg, std::move(store));
+}
+
+void write_random_checkpoint(const ModelConfig& config, const std::string& dir, uint64_t seed, DType matrix_dtype) {
+  const ModelConfig cfg = random_checkpoint_config(config, matrix_dtype);
   std::filesystem::create_directories(dir);
   {
     std::ofstream out(dir + "/config.json");
