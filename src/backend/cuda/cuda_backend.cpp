@@ -101,10 +101,13 @@ DeviceWeights::DeviceWeights(const ModelWeights& w, GemmType type, const std::ve
     const std::vector<ExpertWeights>& ex = l.ffn.experts;
     if (ex.empty() || expert_tables_.count(ex.data())) continue;
     ExpertTables t;
+    const ExpertWeights* shared = l.ffn.shared ? &*l.ffn.shared : nullptr;
+    t.with_shared = shared && shared->w1.rows == ex[0].w1.rows && shared->w1.cols == ex[0].w1.cols;
     for (auto [member, dst] : {std::pair{&ExpertWeights::w1, &t.w1}, std::pair{&ExpertWeights::w3, &t.w3},
                                std::pair{&ExpertWeights::w2, &t.w2}}) {
       std::vector<const void*> table;
       for (const ExpertWeights& e : ex) table.push_back(matrix(e.*member).data);
+      if (t.with_shared) table.push_back(matrix(shared->*member).data);
       void* d = nullptr;
       const size_t bytes = table.size() * sizeof(const void*);
       STRATA_CUDA_CHECK(cudaMalloc(&d, bytes));
@@ -205,6 +208,7 @@ static CompressorState& compressor_of(LayerState& ls, CompressorSlot slot) {
 void CudaBackend::begin_step(const Step& step) {
   if (step.rows.chunks() == 0) fail("CUDA forward: an empty batch");
   scratch_.reset();
+  converted_.clear();
   rope_rows_.clear();
   work_.clear();
   closed_max_.clear();
@@ -298,7 +302,7 @@ void CudaBackend::end_step(const Step& step) {
                                       cudaMemcpyDeviceToHost, stream_));
   STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
   for (size_t l = 0; l < routed_experts_.size(); ++l)
-    if (routed_experts_[l] < 0) routed_experts_[l] = active[l];
+    if (routed_experts_[l] < 0) routed_experts_[l] = active[l] - (routed_experts_[l] == -2);
 }
 
 Mat CudaBackend::to_host(const Tensor& x) const {
@@ -321,8 +325,10 @@ CudaBackend::Tensor CudaBackend::embed(const WeightRef& table, const std::vector
 
 const void* CudaBackend::gemm_input(const float* x, int64_t count) {
   if (type_ == GemmType::Fp32) return x;
+  if (const auto it = converted_.find(x); it != converted_.end() && it->second.first == count) return it->second.second;
   void* y = gemm_operand(count);
   to_gemm_input(x, y, count, type_, stream_);
+  converted_[x] = {count, y};
   return y;
 }
 
@@ -344,24 +350,26 @@ CudaBackend::Tensor CudaBackend::grouped_linear(const Tensor& x, const WeightRef
   const int64_t group_in = x.cols / groups, rank = d.rows / groups;
   if (d.cols != group_in) fail("CUDA grouped linear: group width ", group_in, " against a weight of ", d.rows, "x", d.cols);
   const void* xin = gemm_input(x.data, x.rows * x.cols);
-  const auto size = static_cast<int64_t>(gemm_type_size(type_));
   Tensor y = tensor(x.rows, groups * rank);
-  for (int64_t g = 0; g < groups; ++g)
-    gemm_.run(type_, static_cast<const char*>(xin) + g * group_in * size, x.cols, d.at(g * rank * group_in), group_in,
-              y.data + g * rank, y.cols, x.rows, rank, group_in, stream_);
+  // One strided-batched product: group g reads x's columns [g·in, (g+1)·in) and w's rows [g·rank, (g+1)·rank).
+  gemm_.run_batched(type_, xin, x.cols, group_in, d.data, group_in, rank * group_in, y.data, y.cols, rank, x.rows,
+                    rank, group_in, groups, stream_);
   return y;
 }
 
 void CudaBackend::rms_norm_rows(Tensor& x, const std::vector<float>* weight, double eps) {
+  changed(x.data);
   cuda::rms_norm(x.data, weight ? weights_.vec(*weight) : nullptr, x.data, x.rows, x.cols, static_cast<float>(eps),
                  stream_);
 }
 
 void CudaBackend::head_rms_norm(Tensor& x, int64_t head_dim, double eps) {
+  changed(x.data);
   cuda::rms_norm(x.data, nullptr, x.data, x.rows * (x.cols / head_dim), head_dim, static_cast<float>(eps), stream_);
 }
 
 void CudaBackend::rope(Tensor& x, int64_t head_dim, const RopeTable& table, const Step&, bool inverse) {
+  changed(x.data);
   const auto it = rope_rows_.find(&table);
   if (it == rope_rows_.end()) fail("CUDA rope: a RoPE table the backend was not given");
   const int64_t half = table.half();
@@ -381,6 +389,7 @@ CudaBackend::Mix CudaBackend::hc_pre(const HyperConnectionWeights& w, const Tens
 }
 
 void CudaBackend::hc_post(const Mix& mix, const Tensor& block_out, Tensor& streams) {
+  changed(streams.data);
   cuda::hc_post(mix.data, block_out.data, streams.data, streams.rows, mix.hc, block_out.cols, stream_);
 }
 
@@ -500,27 +509,28 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
   const int64_t inter = n_experts ? w.experts[0].w1.rows : 0;
   // The grouped kernels stream each expert's weights once per few rows: right while experts have few rows each
   // (decode up to batch ~256 at 256 experts of top-6), not for prefill.
-  if (n * k <= std::min(kMoePlanMaxPairs, 8 * n_experts) && n_experts > 0 && moe_grouped_supported(type_, d, inter)) {
-    const int64_t pairs = n * k;
-    MoePlan plan{scratch_.alloc<int32_t>(pairs),    scratch_.alloc<int32_t>(n_experts + 1),
-                 scratch_.alloc<int32_t>(n_experts), routed_active_ + routed_experts_.size(),
-                 scratch_.alloc<int32_t>(pairs),    scratch_.alloc<float>(pairs)};
-    routed_experts_.push_back(-1);
-    moe_plan(routing.ids, routing.weights, n, k, n_experts, plan, stream_);
-    const DeviceWeights::ExpertTables& tables = weights_.experts(w);
-    const int64_t max_active = std::min(n_experts, pairs);
+  const DeviceWeights::ExpertTables* tables = n_experts ? &weights_.experts(w) : nullptr;
+  const int64_t slots = k + (tables && tables->with_shared);  // per row: its routed experts, then the shared one
+  if (tables && n * slots <= std::min(kMoePlanMaxPairs, 8 * n_experts) && moe_grouped_supported(type_, d, inter)) {
+    const int64_t pairs = n * slots, planned = n_experts + tables->with_shared;
+    MoePlan plan{scratch_.alloc<int32_t>(pairs),  scratch_.alloc<int32_t>(planned + 1),
+                 scratch_.alloc<int32_t>(planned), routed_active_ + routed_experts_.size(),
+                 scratch_.alloc<int32_t>(pairs),  scratch_.alloc<float>(pairs)};
+    routed_experts_.push_back(tables->with_shared ? -2 : -1);  // counted on the device (the shared one too)
+    moe_plan(routing.ids, routing.weights, n, k, n_experts, tables->with_shared, plan, stream_);
+    const int64_t max_active = std::min(planned, pairs);
     void* h = gemm_operand(pairs * inter);
-    moe_gate_up(type_, gemm_input(x.data, n * d), plan, max_active, tables.w1, tables.w3, d, inter,
+    moe_gate_up(type_, gemm_input(x.data, n * d), plan, max_active, tables->w1, tables->w3, d, inter,
                 static_cast<float>(cfg.swiglu_limit), h, stream_);
     float* routed = scratch_.alloc<float>(pairs * d);
-    moe_down(type_, h, plan, max_active, tables.w2, inter, d, routed, stream_);
+    moe_down(type_, h, plan, max_active, tables->w2, inter, d, routed, stream_);
     float* shared = nullptr;
-    if (w.shared) {
+    if (w.shared && !tables->with_shared) {
       shared = scratch_.alloc<float>(n * d);
       swiglu_expert(*w.shared, gemm_input(x.data, n * d), n, shared, cfg.swiglu_limit);
     }
     Tensor out = tensor(n, d);
-    moe_combine(shared, routed, plan.slot, plan.slot_weight, out.data, n, k, d, stream_);
+    moe_combine(shared, routed, plan.slot, plan.slot_weight, out.data, n, slots, d, stream_);
     return out;
   }
 

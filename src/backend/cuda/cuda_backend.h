@@ -72,11 +72,13 @@ class DeviceWeights {
   const DeviceMatrix& matrix(const WeightRef& w) const;
   const float* vec(const std::vector<float>& v) const;
   const int32_t* ints(const std::vector<int32_t>& v) const;
-  // Device tables of the routed experts' matrices (each expert's w1, w3 or w2), for the grouped kernels.
+  // Device tables of the routed experts' matrices (each expert's w1, w3 or w2), for the grouped kernels; the
+  // shared expert, when it has the routed experts' shape, is one more entry at the end.
   struct ExpertTables {
     const void* const* w1 = nullptr;
     const void* const* w3 = nullptr;
     const void* const* w2 = nullptr;
+    bool with_shared = false;
   };
   const ExpertTables& experts(const model::v4::MoeWeights& w) const;
   int64_t bytes() const { return bytes_; }
@@ -129,8 +131,14 @@ class CudaBackend {
 
   void begin_step(const model::v4::Step& step);
   void end_step(const model::v4::Step& step);
-  void begin_layer() { layer_mark_ = scratch_.mark(); }
-  void end_layer() { scratch_.release(layer_mark_); }
+  void begin_layer() {
+    layer_mark_ = scratch_.mark();
+    converted_.clear();
+  }
+  void end_layer() {
+    scratch_.release(layer_mark_);
+    converted_.clear();
+  }
   Mat to_host(const Tensor& x) const;
 
   Tensor embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies);
@@ -168,7 +176,9 @@ class CudaBackend {
   template <typename T>
   T* upload(const std::vector<T>& host);
   // x as a GEMM operand of the weights' element type: a converted copy in scratch (bf16), or x itself (fp32).
+  // One layer feeds the same activations to up to eight projections, so copies are kept until x changes.
   const void* gemm_input(const float* x, int64_t count);
+  void changed(const float* x) { converted_.erase(x); }  // every op that writes a tensor in place says so
   void* gemm_operand(int64_t count) { return scratch_.bytes(static_cast<size_t>(count) * gemm_type_size(type_)); }
   // y = x · wᵀ for x already a GEMM operand, into fp32 y.
   void gemm(const void* x, int64_t m, const DeviceMatrix& w, float* y);
@@ -193,7 +203,9 @@ class CudaBackend {
   std::map<int64_t, int64_t> closed_max_;                        // rate → most entries any chunk has after the step
   std::vector<EntryTable> tables_;                               // [layer · 2 + slot]
   std::map<const model::v4::RopeTable*, std::pair<const float*, const float*>> rope_rows_;
-  std::vector<int64_t> routed_experts_;  // -1: counted on the device (routed_active_), read at end_step
+  std::map<const float*, std::pair<int64_t, const void*>> converted_;  // x → (count, operand copy), this layer
+  // -1: counted on the device (routed_active_), read at end_step; -2: the same, the shared expert among them
+  std::vector<int64_t> routed_experts_;
   int32_t* routed_active_ = nullptr;     // [layers] the grouped path's active-expert counts, this step
 };
 

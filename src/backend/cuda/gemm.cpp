@@ -48,11 +48,11 @@ Gemm::~Gemm() {
   if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
-const Gemm::Plan& Gemm::plan(GemmType type, const void* x, int64_t ldx, const void* w, int64_t ldw, const float* y,
-                             int64_t ldy, int64_t m, int64_t n, int64_t k) {
+const Gemm::Plan& Gemm::plan(GemmType type, const Shape& shape, const void* x, const void* w, const float* y) {
   const uint32_t align_w = alignment(w), align_x = alignment(x), align_y = alignment(y);
-  const PlanKey key{static_cast<int>(type), m, n, k, ldx, ldw, ldy, align_w, align_x, align_y};
+  const PlanKey key{static_cast<int>(type), shape, align_w, align_x, align_y};
   if (const auto it = plans_.find(key); it != plans_.end()) return *it->second;
+  const auto [m, n, k, ldx, ldw, ldy, stride_x, stride_w, stride_y, batch] = shape;
 
   auto p = std::make_unique<Plan>();
   STRATA_CUDA_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -65,6 +65,15 @@ const Gemm::Plan& Gemm::plan(GemmType type, const void* x, int64_t ldx, const vo
   STRATA_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p->b, in, static_cast<uint64_t>(k), static_cast<uint64_t>(m), ldx));
   STRATA_CUDA_CHECK(
       cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, static_cast<uint64_t>(n), static_cast<uint64_t>(m), ldy));
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    for (auto [layout, stride] : {std::pair{p->a, stride_w}, std::pair{p->b, stride_x}, std::pair{p->c, stride_y}}) {
+      STRATA_CUDA_CHECK(
+          cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+      STRATA_CUDA_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                         sizeof(stride)));
+    }
+  }
   cublasLtMatmulPreference_t pref;
   STRATA_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   STRATA_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -83,15 +92,17 @@ const Gemm::Plan& Gemm::plan(GemmType type, const void* x, int64_t ldx, const vo
                                                    p->c, pref, 1, &heuristic, &found));
   cublasLtMatmulPreferenceDestroy(pref);
   if (found == 0)
-    fail("cuBLASLt has no ", type == GemmType::Bf16 ? "bf16" : "fp32", " algorithm for m=", m, " n=", n, " k=", k);
+    fail("cuBLASLt has no ", type == GemmType::Bf16 ? "bf16" : "fp32", " algorithm for m=", m, " n=", n, " k=", k,
+         " batch=", batch);
   p->algo = heuristic.algo;
   return *plans_.emplace(key, std::move(p)).first->second;
 }
 
-void Gemm::run(GemmType type, const void* x, int64_t ldx, const void* w, int64_t ldw, float* y, int64_t ldy,
-               int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
-  if (m == 0 || n == 0) return;
-  const Plan& p = plan(type, x, ldx, w, ldw, y, ldy, m, n, k);
+void Gemm::run_batched(GemmType type, const void* x, int64_t ldx, int64_t stride_x, const void* w, int64_t ldw,
+                       int64_t stride_w, float* y, int64_t ldy, int64_t stride_y, int64_t m, int64_t n, int64_t k,
+                       int64_t batch, cudaStream_t stream) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  const Plan& p = plan(type, {m, n, k, ldx, ldw, ldy, stride_x, stride_w, stride_y, batch}, x, w, y);
   const float alpha = 1.0f, beta = 0.0f;
   STRATA_CUDA_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.op, &alpha, w, p.a, x, p.b, &beta, y,
                                    p.c, y, p.c, &p.algo, workspace_, workspace_bytes_, stream));

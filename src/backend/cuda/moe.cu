@@ -14,14 +14,19 @@ constexpr int kThreads = 256;        // 8 warps per block of the grouped kernels
 constexpr int kRowsPerBlock = 32;    // output channels per block: 4 per warp
 constexpr size_t kVectorBytes = 16;  // weights and operands are read as 16-byte vectors
 
-__global__ void moe_plan_kernel(const int32_t* ids, const float* weights, int rows, int k, int experts, MoePlan plan) {
+// `experts` counts the shared expert when there is one; `k` the slots per row (routed, plus the shared one).
+__global__ void moe_plan_kernel(const int32_t* ids, const float* weights, int rows, int k, int experts,
+                                bool shared_expert, MoePlan plan) {
   extern __shared__ int32_t shared[];
   int32_t* count = shared;             // [experts]
   int32_t* start = count + experts;    // [experts + 1]
   int32_t* id = start + experts + 1;   // [pairs]
-  const int pairs = rows * k;
+  const int pairs = rows * k, routed_k = shared_expert ? k - 1 : k;
   for (int i = threadIdx.x; i < experts; i += blockDim.x) count[i] = 0;
-  for (int i = threadIdx.x; i < pairs; i += blockDim.x) id[i] = ids[i];
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const int r = i / k, j = i % k;
+    id[i] = j < routed_k ? ids[r * routed_k + j] : experts - 1;
+  }
   __syncthreads();
   for (int i = threadIdx.x; i < pairs; i += blockDim.x) atomicAdd(&count[id[i]], 1);
   __syncthreads();
@@ -51,7 +56,7 @@ __global__ void moe_plan_kernel(const int32_t* ids, const float* weights, int ro
       order += other < e || (other == e && jj < j);
     }
     plan.slot[r * k + order] = at;
-    plan.slot_weight[r * k + order] = weights[p];
+    plan.slot_weight[r * k + order] = j < routed_k ? weights[r * routed_k + j] : 1.0f;
   }
 }
 
@@ -159,8 +164,12 @@ void launch_grouped(const void* x, bool x_by_row, const MoePlan& plan, int64_t m
 
 }  // namespace
 
-void moe_plan(const int32_t* ids, const float* weights, int64_t rows, int64_t k, int64_t experts, const MoePlan& plan,
-              cudaStream_t stream) {
+void moe_plan(const int32_t* ids, const float* weights, int64_t rows, int64_t k, int64_t experts, bool shared_expert,
+              const MoePlan& plan, cudaStream_t stream) {
+  if (shared_expert) {
+    experts += 1;
+    k += 1;
+  }
   const int64_t pairs = rows * k;
   if (pairs == 0) return;
   const size_t shared = static_cast<size_t>(2 * experts + 1 + pairs) * sizeof(int32_t);
@@ -168,7 +177,7 @@ void moe_plan(const int32_t* ids, const float* weights, int64_t rows, int64_t k,
     STRATA_CUDA_CHECK(
         cudaFuncSetAttribute(moe_plan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
   moe_plan_kernel<<<1, kPlanThreads, shared, stream>>>(ids, weights, static_cast<int>(rows), static_cast<int>(k),
-                                                       static_cast<int>(experts), plan);
+                                                       static_cast<int>(experts), shared_expert, plan);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 

@@ -25,9 +25,11 @@ struct MoePlan {
 // One block plans the whole step, so the device path takes steps of at most this many (row, expert) pairs.
 constexpr int64_t kMoePlanMaxPairs = 4096;
 
-// The plan of `rows` rows routed to ids[rows, k] with weights[rows, k] among `experts` experts.
-void moe_plan(const int32_t* ids, const float* weights, int64_t rows, int64_t k, int64_t experts, const MoePlan& plan,
-              cudaStream_t stream);
+// The plan of `rows` rows routed to ids[rows, k] with weights[rows, k] among `experts` experts. With
+// `shared_expert`, every row also goes to expert number `experts` (the shared one) with weight 1, last in its slots:
+// the combine then adds it after the routed sum, as the CPU reference does, and it costs no launches of its own.
+void moe_plan(const int32_t* ids, const float* weights, int64_t rows, int64_t k, int64_t experts, bool shared_expert,
+              const MoePlan& plan, cudaStream_t stream);
 
 // True when the grouped kernels take these widths (whole 16-byte vectors per row).
 bool moe_grouped_supported(GemmType type, int64_t hidden, int64_t inter);

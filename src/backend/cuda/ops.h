@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -47,13 +48,20 @@ class Gemm {
   // x and w of element type `type`, with row strides (elements) for x, w and y: column blocks of larger row-major
   // matrices too.
   void run(GemmType type, const void* x, int64_t ldx, const void* w, int64_t ldw, float* y, int64_t ldy, int64_t m,
-           int64_t n, int64_t k, cudaStream_t stream);
+           int64_t n, int64_t k, cudaStream_t stream) {
+    run_batched(type, x, ldx, 0, w, ldw, 0, y, ldy, 0, m, n, k, 1, stream);
+  }
+  // `batch` such products in one launch, the b-th on x + b·stride_x, w + b·stride_w, y + b·stride_y (elements).
+  void run_batched(GemmType type, const void* x, int64_t ldx, int64_t stride_x, const void* w, int64_t ldw,
+                   int64_t stride_w, float* y, int64_t ldy, int64_t stride_y, int64_t m, int64_t n, int64_t k,
+                   int64_t batch, cudaStream_t stream);
 
  private:
   struct Plan;
-  using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t>;
-  const Plan& plan(GemmType type, const void* x, int64_t ldx, const void* w, int64_t ldw, const float* y, int64_t ldy,
-                   int64_t m, int64_t n, int64_t k);
+  // m, n, k, ldx, ldw, ldy, stride_x, stride_w, stride_y, batch
+  using Shape = std::array<int64_t, 10>;
+  using PlanKey = std::tuple<int, Shape, uint32_t, uint32_t, uint32_t>;
+  const Plan& plan(GemmType type, const Shape& shape, const void* x, const void* w, const float* y);
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;
   void* handle_ = nullptr;     // cublasLtHandle_t
   void* workspace_ = nullptr;  // device scratch for cuBLASLt's algorithms
