@@ -1,5 +1,6 @@
-// `strata bench`: prefill and decode throughput of one checkpoint on this machine, written as JSON (device, date,
-// commit, config, medians over repeats after a warm-up).
+// `strata bench`: prefill and decode throughput of one model (a checkpoint, or random weights of a preset's shape
+// made in memory) on this machine, written as JSON (device, date, commit, config, medians over repeats after a
+// warm-up); on the CUDA backend each step also gets its hardware floor (src/bench/step_floor.h).
 #include <omp.h>
 
 #include <algorithm>
@@ -9,44 +10,86 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "bench/step_floor.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "model/deepseek_v4/model.h"
+#include "model/deepseek_v4/presets.h"
+#include "model/deepseek_v4/random_init.h"
 #include "model/deepseek_v4/state_pool.h"
+#ifdef STRATA_WITH_CUDA
+#include "backend/cuda/roofline.h"
+#endif
 
 namespace strata::cli {
 
 namespace {
 
-constexpr const char* kHelp = R"(strata bench — prefill and decode tokens/s of a checkpoint on the CPU or CUDA backend.
+constexpr const char* kHelp = R"(strata bench — prefill and decode tokens/s of a model on the CPU or CUDA backend.
 
-Each repeat starts a fresh sequence, prefills --prompt-len tokens in one forward, then decodes --decode-tokens
-tokens greedily, one forward each. One warm-up repeat is not counted; reported numbers are medians.
+The model is a checkpoint (--model DIR) or random weights of a preset's shape made in memory (--preset NAME; no
+file is written, so real V4-Flash layers cost seconds, not a disk's worth of checkpoint). Each repeat starts a
+fresh sequence, prefills --prompt-len tokens in one forward, then decodes --decode-tokens tokens greedily, one
+forward each. One warm-up repeat is not counted; reported numbers are medians.
 
 options:
   --model DIR          checkpoint directory
+  --preset NAME        instead of --model: random weights of tiny, small or flash (V4-Flash's real layer shapes)
+  --layers N           with --preset: number of layers (default: the preset's; the layer schedule repeats)
+  --dtype bf16|fp8     with --preset: matrices as bf16, or e4m3 with 128×128 fp32 block scales (default bf16;
+                       the CUDA backend stores bf16 either way, fp8 halves the host memory)
+  --seed S             with --preset: random seed (default 0)
   --device cpu|cuda    the backend (default cpu)
   --prompt-len N       prompt tokens (default 512)
   --decode-tokens N    decode steps after the prompt (default 32)
   --repeats N          timed repeats (default 3)
+  --prefill LIST       also time prefills of these lengths (e.g. 1024,4096,16384,32768), each a fresh sequence
+                       in chunks of --chunk (default: the whole prompt in one forward)
   --batch LIST         also time batched decode steps: for each context length, one sequence is prefilled
-                       (in chunks of --chunk) and forked into B sequences (B from LIST, e.g. 1,8,32,64), then
-                       --decode-tokens steps run all B in one forward each; reports step time, tokens/s per
-                       device (B / step) and per user (1 / step)
+                       (in chunks of --chunk, default 4096) and forked into B sequences (B from LIST, e.g.
+                       1,8,32,64), then --decode-tokens steps run all B in one forward each; reports step time,
+                       tokens/s per device (B / step) and per user (1 / step). Decode tokens are pseudo-random,
+                       not argmax, so sequences keep routing to different experts (with random weights greedy
+                       decoding can send every sequence to the same token)
   --context LIST       context lengths for --batch (default: --prompt-len), e.g. 4096,32768
-  --chunk N            prefill chunk for --batch contexts (default 4096)
+  --chunk N            prefill chunk for --prefill and --batch contexts
+  --ceilings GBS,TFLOPS  the device's copy bandwidth (GB/s) and bf16 peak (TFLOP/s) for the floors, instead of
+                       measuring them (cuda) — on any backend, e.g. to compare a CPU run with its datasheet
   --commit SHA         git commit to record (default: unknown)
   --out FILE           write the JSON here (default: print it)
 
-example:
-  strata model init --preset small --out /tmp/small
+JSON: device {backend, cpu, threads, gpu; on cuda also copy_bandwidth_gbs (device-to-device copy, bytes read +
+written per second), bf16_gemm_tflops (cuBLASLt 8192³), weight_bytes_per_param (matrix storage on the device)},
+date, commit, config {model, source checkpoint|random, preset/dtype/seed, weights_seconds (random weights made),
+model_seconds (model built, weights uploaded), shapes, options}, prefill and decode (the single-sequence run),
+prefill_lengths [{tokens, chunk, seconds_median, tokens_per_s, floor fields}], batched_decode [{context,
+prefill_seconds, decode [{context, batch, steps, step_ms_median, tokens_per_s, tokens_per_s_per_user, floor
+fields}]}]. Floor fields (cuda, or with --ceilings; per step for decode, per whole prompt for prefill):
+  bytes_floor          bytes the step must read: non-routed weights once, the distinct routed experts it ran,
+                       embedding rows, fp32 vectors, and per sequence the window keys and compressed entries read
+  weight_bytes_floor, state_bytes_floor   the two parts of bytes_floor
+  flops_floor          2 × parameters used per token × tokens + attention (QKᵀ, PV, indexer scores)
+  routed_experts_mean  distinct routed experts per layer the step ran (mean over layers and steps)
+  floor_seconds        max(bytes_floor / copy bandwidth, flops_floor / bf16 peak), summed over steps or chunks
+  floor_bound          "memory" or "compute": which term set the floor
+  measured_over_floor  measured time / floor_seconds (1 = at the hardware floor)
+
+examples:
+  strata bench --preset small --layers 2 --prompt-len 256 --decode-tokens 16
   strata bench --model /tmp/small --prompt-len 512 --decode-tokens 32 --commit $(git rev-parse HEAD) --out bench/results/cpu_small.json
-  strata bench --model /tmp/flash4 --device cuda --batch 1,8,32,64 --context 4096 --decode-tokens 16
+  strata bench --preset flash --layers 10 --dtype fp8 --device cuda --prefill 1024,4096,16384 \
+               --batch 1,8,32,64 --context 4096,32768 --decode-tokens 16 --commit $(git rev-parse HEAD)
 )";
+
+using clock = std::chrono::steady_clock;
+
+double seconds_since(clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); }
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
@@ -62,30 +105,142 @@ std::string utc_now() {
   return buf;
 }
 
-nlohmann::json device_description(model::v4::Device device) {
-  nlohmann::json d = {{"backend", model::v4::device_name(device)}, {"cpu", cpu_model_name()},
-                      {"threads", omp_get_max_threads()}};
-  if (device == model::v4::Device::Cuda) d["gpu"] = model::v4::cuda_device_name();
-  return d;
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-double median(std::vector<double> v);
+std::vector<int64_t> positive_list(const Args& args, const std::string& name, const std::string& fallback) {
+  std::vector<int64_t> out;
+  for (const int32_t v : parse_id_list(args.str(name, fallback), name)) {
+    if (v < 1) fail("option --", name, ": expected positive integers, found ", v);
+    out.push_back(v);
+  }
+  return out;
+}
+
+// The device's measured ceilings: what a step's bytes and FLOPs are divided by. Absent on the CPU backend.
+struct Ceilings {
+  double bandwidth_gbs = 0, peak_tflops = 0;
+};
+
+// Given by --ceilings GBS,TFLOPS, or measured on the CUDA device before the model is loaded (the copy borrows
+// ~4 GiB of device memory that the weights may need later).
+std::optional<Ceilings> ceilings_for(const Args& args, model::v4::Device device) {
+  if (args.has("ceilings")) {
+    const std::string text = args.str("ceilings");
+    const size_t comma = text.find(',');
+    Ceilings c;
+    try {
+      size_t used = 0;
+      c.bandwidth_gbs = std::stod(text.substr(0, comma), &used);
+      if (comma == std::string::npos || used != comma) throw std::invalid_argument(text);
+      c.peak_tflops = std::stod(text.substr(comma + 1), &used);
+      if (used != text.size() - comma - 1) throw std::invalid_argument(text);
+    } catch (const std::exception&) {
+      fail("option --ceilings: expected GB/s,TFLOP/s like 4000,700, found '", text, "'");
+    }
+    if (!(c.bandwidth_gbs > 0) || !(c.peak_tflops > 0))
+      fail("option --ceilings: expected positive numbers, found '", text, "'");
+    return c;
+  }
+  if (device != model::v4::Device::Cuda) return std::nullopt;
+#ifdef STRATA_WITH_CUDA
+  Ceilings c{cuda::measure_copy_bandwidth_gbs(), cuda::measure_bf16_gemm_tflops()};
+  std::fprintf(stderr, "device ceilings: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", c.bandwidth_gbs, c.peak_tflops);
+  return c;
+#else
+  return std::nullopt;  // unreachable: parse_device refuses cuda in a build without it
+#endif
+}
+
+// The floor of a run of steps, accumulated step by step.
+struct FloorSum {
+  bench::StepWork work;  // summed over steps
+  double seconds = 0, memory_seconds = 0, compute_seconds = 0, routed_experts = 0;
+  int64_t steps = 0;
+
+  void add(const model::v4::Model& m, const std::vector<bench::SequenceStep>& sequences, const Ceilings& c) {
+    const std::vector<int64_t> routed = m.routed_experts_last_forward();
+    const bench::StepWork w =
+        bench::step_floor(m.config(), sequences, routed, bench::device_weight_bytes_per_param());
+    work.weight_bytes += w.weight_bytes;
+    work.state_bytes += w.state_bytes;
+    work.flops += w.flops;
+    seconds += bench::floor_seconds(w, c.bandwidth_gbs, c.peak_tflops);
+    memory_seconds += w.bytes() / (c.bandwidth_gbs * 1e9);
+    compute_seconds += w.flops / (c.peak_tflops * 1e12);
+    for (const int64_t r : routed) routed_experts += static_cast<double>(r) / static_cast<double>(routed.size());
+    ++steps;
+  }
+
+  // Per step (`per` = steps) or for the whole run (`per` = 1), next to the `measured` seconds of the same span.
+  void write(nlohmann::json& row, double per, double measured) const {
+    row["bytes_floor"] = work.bytes() / per;
+    row["weight_bytes_floor"] = work.weight_bytes / per;
+    row["state_bytes_floor"] = work.state_bytes / per;
+    row["flops_floor"] = work.flops / per;
+    row["routed_experts_mean"] = steps > 0 ? routed_experts / static_cast<double>(steps) : 0.0;
+    row["floor_seconds"] = seconds / per;
+    row["floor_bound"] = memory_seconds >= compute_seconds ? "memory" : "compute";
+    row["measured_over_floor"] = measured / (seconds / per);
+  }
+};
+
+std::vector<int32_t> prompt_tokens(int64_t n, int64_t vocab) {
+  std::vector<int32_t> prompt(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) prompt[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 17) % vocab);
+  return prompt;
+}
+
+// Prefill of `tokens` tokens into a fresh sequence, `chunk` tokens per forward; the median of `repeats` after a
+// warm-up. The floor sums the floors of the chunks (each chunk is a step that reads the weights again).
+nlohmann::json timed_prefill(const model::v4::Model& m, int64_t tokens, int64_t chunk, int64_t repeats,
+                             const std::optional<Ceilings>& ceilings) {
+  const std::vector<int32_t> prompt = prompt_tokens(tokens, m.config().vocab_size);
+  std::vector<double> seconds;
+  FloorSum floor;
+  for (int64_t r = 0; r <= repeats; ++r) {
+    model::v4::SequenceState s = m.new_sequence(nullptr, tokens + 1);
+    double elapsed = 0;
+    floor = {};
+    for (int64_t at = 0; at < tokens; at += chunk) {
+      const int64_t n = std::min(chunk, tokens - at);
+      const std::vector<int32_t> part(prompt.begin() + at, prompt.begin() + at + n);
+      const auto t0 = clock::now();
+      m.forward(part, s, false);
+      elapsed += seconds_since(t0);
+      if (ceilings) floor.add(m, {{at, n}}, *ceilings);  // routing of the chunk just run, outside the timing
+    }
+    if (r > 0) seconds.push_back(elapsed);
+  }
+  const double t = median(seconds);
+  nlohmann::json row = {{"tokens", tokens},
+                        {"chunk", chunk},
+                        {"seconds_median", t},
+                        {"tokens_per_s", static_cast<double>(tokens) / t}};
+  if (ceilings) floor.write(row, 1.0, t);
+  std::fprintf(stderr, "prefill %lld tokens (chunk %lld): %.3f s, %.1f tokens/s", static_cast<long long>(tokens),
+               static_cast<long long>(chunk), t, static_cast<double>(tokens) / t);
+  if (ceilings) std::fprintf(stderr, ", %.2f× the floor", row["measured_over_floor"].get<double>());
+  std::fputc('\n', stderr);
+  return row;
+}
 
 // Decode steps of `batch` sequences at `context` tokens each: one prefilled sequence is forked into a pool (the
 // same state in every slot), then every step runs all of them in one forward_batch.
 nlohmann::json batched_decode(const model::v4::Model& m, int64_t context, int64_t chunk,
-                              const std::vector<int64_t>& batches, int64_t steps) {
-  using clock = std::chrono::steady_clock;
+                              const std::vector<int64_t>& batches, int64_t steps,
+                              const std::optional<Ceilings>& ceilings) {
   const int64_t vocab = m.config().vocab_size;
   model::v4::SequenceState source = m.new_sequence(nullptr, context + 1);
-  std::vector<int32_t> prompt(static_cast<size_t>(context));
-  for (int64_t i = 0; i < context; ++i) prompt[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 17) % vocab);
+  const std::vector<int32_t> prompt = prompt_tokens(context, vocab);
   const auto p0 = clock::now();
   for (int64_t at = 0; at < context; at += chunk) {
     const int64_t n = std::min(chunk, context - at);
     m.forward(std::vector<int32_t>(prompt.begin() + at, prompt.begin() + at + n), source, false);
   }
-  const double prefill = std::chrono::duration<double>(clock::now() - p0).count();
+  const double prefill = seconds_since(p0);
   nlohmann::json rows = nlohmann::json::array();
   for (const int64_t batch : batches) {
     model::v4::StatePoolLimits limits;
@@ -99,66 +254,123 @@ nlohmann::json batched_decode(const model::v4::Model& m, int64_t context, int64_
       chunks.push_back({{static_cast<int32_t>((b * 104729 + 1) % vocab)}, s, false});
     }
     std::vector<double> step_s;
+    FloorSum floor;
     for (int64_t i = 0; i <= steps; ++i) {  // the first step is a warm-up
       for (auto& ch : chunks)
         if (!pool.reserve(*ch.state, 1)) fail("bench: the pool ran out of pages");
       const auto t0 = clock::now();
       const std::vector<Mat> out = m.forward_batch(chunks);
-      const double dt = std::chrono::duration<double>(clock::now() - t0).count();
-      if (i > 0) step_s.push_back(dt);
-      for (size_t b = 0; b < chunks.size(); ++b) {
-        const float* row = out[b].row(0);
-        chunks[b].tokens = {static_cast<int32_t>(std::max_element(row, row + vocab) - row)};
+      const double dt = seconds_since(t0);
+      if (i > 0) {
+        step_s.push_back(dt);
+        if (ceilings) floor.add(m, std::vector<bench::SequenceStep>(chunks.size(), {context + i, 1}), *ceilings);
       }
+      // Pseudo-random next tokens, different per sequence and step: realistic routing whatever the weights.
+      for (size_t b = 0; b < chunks.size(); ++b)
+        chunks[b].tokens = {static_cast<int32_t>((static_cast<int64_t>(b) * 104729 + (i + 1) * 7919 + 1) % vocab)};
     }
     const double step = median(step_s);
-    rows.push_back({{"context", context},
-                    {"batch", batch},
-                    {"steps", steps},
-                    {"step_ms_median", 1000.0 * step},
-                    {"tokens_per_s", static_cast<double>(batch) / step},
-                    {"tokens_per_s_per_user", 1.0 / step}});
-    std::fprintf(stderr, "context %lld batch %lld: %.3f ms/step, %.1f tokens/s\n", static_cast<long long>(context),
+    nlohmann::json row = {{"context", context},
+                          {"batch", batch},
+                          {"steps", steps},
+                          {"step_ms_median", 1000.0 * step},
+                          {"tokens_per_s", static_cast<double>(batch) / step},
+                          {"tokens_per_s_per_user", 1.0 / step}};
+    if (ceilings) floor.write(row, static_cast<double>(floor.steps), step);
+    std::fprintf(stderr, "context %lld batch %lld: %.3f ms/step, %.1f tokens/s", static_cast<long long>(context),
                  static_cast<long long>(batch), 1000.0 * step, static_cast<double>(batch) / step);
+    if (ceilings) std::fprintf(stderr, ", %.2f× the floor", row["measured_over_floor"].get<double>());
+    std::fputc('\n', stderr);
+    rows.push_back(row);
   }
   return {{"context", context}, {"prefill_seconds", prefill}, {"decode", rows}};
 }
 
-std::vector<int64_t> positive_list(const Args& args, const std::string& name, const std::string& fallback) {
-  std::vector<int64_t> out;
-  for (const int32_t v : parse_id_list(args.str(name, fallback), name)) {
-    if (v < 1) fail("option --", name, ": expected positive integers, found ", v);
-    out.push_back(v);
-  }
-  return out;
-}
+// The model to time and how it was made: a checkpoint directory, or a preset's random weights in memory.
+struct LoadedModel {
+  model::v4::Model model;
+  nlohmann::json description;
+};
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+LoadedModel load(const Args& args, model::v4::Device device) {
+  const bool from_dir = args.has("model"), from_preset = args.has("preset");
+  if (!from_dir && !from_preset)
+    fail("bench: expected --model DIR (a checkpoint) or --preset NAME (random weights: tiny, small or flash), "
+         "found neither");
+  if (from_dir && from_preset)
+    fail("bench: --model and --preset are alternatives (a checkpoint, or random weights of a preset's shape); "
+         "found both");
+  if (from_dir) {
+    for (const char* option : {"layers", "dtype", "seed"})
+      if (args.has(option))
+        fail("bench: --", option, " shapes random weights and needs --preset; found it with --model");
+    const std::string dir = args.str("model");
+    const auto t0 = clock::now();
+    model::v4::Model m = model::v4::load_model(dir, device);
+    return {std::move(m),
+            {{"model", std::filesystem::path(dir).filename().string()},
+             {"source", "checkpoint"},
+             {"model_seconds", seconds_since(t0)}}};
+  }
+  const std::string preset = args.str("preset"), dtype = args.str("dtype", "bf16");
+  if (dtype != "bf16" && dtype != "fp8") fail("option --dtype: expected bf16 or fp8, found '", dtype, "'");
+  const int64_t seed = args.integer("seed", 0);
+  if (seed < 0) fail("option --seed: expected a non-negative integer, found ", seed);
+  const DType matrix_dtype = dtype == "fp8" ? DType::F8_E4M3 : DType::BF16;
+  const model::ModelConfig cfg =
+      model::v4::random_checkpoint_config(model::v4::preset_config(preset, args.integer("layers", 0)), matrix_dtype);
+  const auto t0 = clock::now();
+  model::v4::ModelWeights weights = model::v4::random_weights(cfg, static_cast<uint64_t>(seed), matrix_dtype);
+  const double made = seconds_since(t0);
+  std::fprintf(stderr, "random weights: %s, %lld layers, %s, in %.2f s on %d threads\n", preset.c_str(),
+               static_cast<long long>(cfg.num_hidden_layers), dtype.c_str(), made, omp_get_max_threads());
+  const auto t1 = clock::now();
+  model::v4::Model m(cfg, std::move(weights), device);
+  const double built = seconds_since(t1);
+  std::fprintf(stderr, "model on %s in %.2f s\n", model::v4::device_name(device), built);
+  return {std::move(m),
+          {{"model", "random " + preset},
+           {"source", "random"},
+           {"preset", preset},
+           {"dtype", dtype},
+           {"seed", seed},
+           {"weights_seconds", made},
+           {"model_seconds", built}}};
 }
 
 }  // namespace
 
 int bench_command(const std::vector<std::string>& argv) {
-  const Args args(argv, {"model", "device", "prompt-len", "decode-tokens", "repeats", "commit", "out", "batch", "context", "chunk"}, {"help"});
+  const Args args(argv,
+                  {"model", "preset", "layers", "dtype", "seed", "device", "prompt-len", "decode-tokens", "repeats",
+                   "commit", "out", "prefill", "batch", "context", "chunk", "ceilings"},
+                  {"help"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  const std::string dir = args.required("model");
   const int64_t prompt_len = args.integer("prompt-len", 512), decode = args.integer("decode-tokens", 32),
                 repeats = args.integer("repeats", 3);
   if (prompt_len < 1) fail("option --prompt-len: expected ≥ 1, found ", prompt_len);
   if (decode < 0) fail("option --decode-tokens: expected ≥ 0, found ", decode);
   if (repeats < 1) fail("option --repeats: expected ≥ 1, found ", repeats);
+  const std::vector<int64_t> prefill_lengths =
+      args.has("prefill") ? positive_list(args, "prefill", "") : std::vector<int64_t>{};
+  std::vector<int64_t> batches, contexts;
+  if (args.has("batch")) {
+    batches = positive_list(args, "batch", "1");
+    contexts = positive_list(args, "context", std::to_string(prompt_len));
+    if (decode < 1) fail("option --decode-tokens: --batch needs at least one decode step");
+  }
+  if (args.has("chunk") && args.integer("chunk", 1) < 1)
+    fail("option --chunk: expected ≥ 1, found ", args.integer("chunk", 1));
   const model::v4::Device device = model::v4::parse_device(args.str("device", "cpu"));
-  const model::v4::Model m = model::v4::load_model(dir, device);
+  const std::optional<Ceilings> ceilings = ceilings_for(args, device);
+  LoadedModel loaded = load(args, device);
+  const model::v4::Model& m = loaded.model;
   const model::ModelConfig& c = m.config();
-  std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
-  for (int64_t i = 0; i < prompt_len; ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 17) % c.vocab_size);
+  const std::vector<int32_t> prompt = prompt_tokens(prompt_len, c.vocab_size);
 
-  using clock = std::chrono::steady_clock;
   std::vector<double> prefill_s, decode_s;
   for (int64_t r = 0; r <= repeats; ++r) {
     model::v4::SequenceState st = m.new_sequence(nullptr, prompt_len + decode);
@@ -176,37 +388,52 @@ int bench_command(const std::vector<std::string>& argv) {
     decode_s.push_back(std::chrono::duration<double>(t2 - t1).count());
   }
   const double p = median(prefill_s), d = median(decode_s);
+  nlohmann::json device_json = {{"backend", model::v4::device_name(device)},
+                                {"cpu", cpu_model_name()},
+                                {"threads", omp_get_max_threads()}};
+  if (device == model::v4::Device::Cuda) device_json["gpu"] = model::v4::cuda_device_name();
+  if (ceilings) {
+    device_json["ceilings"] = args.has("ceilings") ? "given" : "measured";
+    device_json["copy_bandwidth_gbs"] = ceilings->bandwidth_gbs;
+    device_json["bf16_gemm_tflops"] = ceilings->peak_tflops;
+    device_json["weight_bytes_per_param"] = bench::device_weight_bytes_per_param();
+  }
+  nlohmann::json config = loaded.description;
+  config.update(nlohmann::json{{"num_hidden_layers", c.num_hidden_layers},
+                 {"hidden_size", c.hidden_size},
+                 {"num_attention_heads", c.num_attention_heads},
+                 {"head_dim", c.head_dim},
+                 {"n_routed_experts", c.n_routed_experts},
+                 {"num_experts_per_tok", c.num_experts_per_tok},
+                 {"moe_intermediate_size", c.moe_intermediate_size},
+                 {"vocab_size", c.vocab_size},
+                 {"precision", model::v4::precision_name(m.precision())},
+                 {"prompt_len", prompt_len},
+                 {"decode_tokens", decode},
+                 {"repeats", repeats}});
+  if (args.has("chunk")) config["chunk"] = args.integer("chunk", 0);
   nlohmann::json j = {
       {"benchmark", std::string(model::v4::device_name(device)) + "_forward"},
-      {"device", device_description(device)},
+      {"device", device_json},
       {"date", utc_now()},
       {"commit", args.str("commit", "unknown")},
-      {"config",
-       {{"model", std::filesystem::path(dir).filename().string()},
-        {"num_hidden_layers", c.num_hidden_layers},
-        {"hidden_size", c.hidden_size},
-        {"num_attention_heads", c.num_attention_heads},
-        {"head_dim", c.head_dim},
-        {"n_routed_experts", c.n_routed_experts},
-        {"num_experts_per_tok", c.num_experts_per_tok},
-        {"vocab_size", c.vocab_size},
-        {"prompt_len", prompt_len},
-        {"decode_tokens", decode},
-        {"repeats", repeats}}},
+      {"config", config},
       {"prefill", {{"seconds_median", p}, {"tokens_per_s", static_cast<double>(prompt_len) / p}}},
       {"decode",
        {{"seconds_median", d},
         {"tokens_per_s", decode > 0 ? static_cast<double>(decode) / d : 0.0},
         {"ms_per_token", decode > 0 ? 1000.0 * d / static_cast<double>(decode) : 0.0}}},
   };
-  if (args.has("batch")) {
-    const std::vector<int64_t> batches = positive_list(args, "batch", "1");
-    const std::vector<int64_t> contexts = positive_list(args, "context", std::to_string(prompt_len));
+  if (!prefill_lengths.empty()) {
+    j["prefill_lengths"] = nlohmann::json::array();
+    for (const int64_t n : prefill_lengths)
+      j["prefill_lengths"].push_back(timed_prefill(m, n, std::min(n, args.integer("chunk", n)), repeats, ceilings));
+  }
+  if (!batches.empty()) {
     const int64_t chunk = args.integer("chunk", 4096);
-    if (chunk < 1) fail("option --chunk: expected ≥ 1, found ", chunk);
-    if (decode < 1) fail("option --decode-tokens: --batch needs at least one decode step");
     j["batched_decode"] = nlohmann::json::array();
-    for (const int64_t context : contexts) j["batched_decode"].push_back(batched_decode(m, context, chunk, batches, decode));
+    for (const int64_t context : contexts)
+      j["batched_decode"].push_back(batched_decode(m, context, chunk, batches, decode, ceilings));
   }
   const std::string text = j.dump(2) + "\n";
   if (args.has("out")) {

@@ -1,0 +1,104 @@
+// `strata bench` with random weights made in memory (--preset) and the prefill sweep (--prefill), run as the
+// binary; the checkpoint path (--model, --batch) is covered in checkpoint_test.cpp.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "test_util.h"
+
+namespace strata {
+namespace {
+
+struct BenchRun {
+  int exit_code = -1;
+  std::string out;  // stdout, with stderr appended when `merge`
+};
+
+BenchRun bench(const std::string& args, const std::string& tag, bool merge) {
+  const std::string out = test::temp_dir("bench_cmd_" + tag) + "/out.txt";
+  const std::string cmd = "'" + std::string(STRATA_BINARY) + "' bench " + args + " >'" + out + "'" +
+                          (merge ? " 2>&1" : " 2>/dev/null");
+  const int status = std::system(cmd.c_str());
+  std::ifstream in(out);
+  std::stringstream s;
+  s << in.rdbuf();
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, s.str()};
+}
+
+TEST(BenchCommand, RandomPresetAndPrefillSweep) {
+  const BenchRun r = bench("--preset tiny --layers 2 --dtype fp8 --seed 3 --prompt-len 8 --decode-tokens 2 --repeats 1 "
+                      "--prefill 4,9 --chunk 4",
+                      "preset", false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["config"]["source"], "random");
+  EXPECT_EQ(j["config"]["preset"], "tiny");
+  EXPECT_EQ(j["config"]["dtype"], "fp8");
+  EXPECT_EQ(j["config"]["num_hidden_layers"], 2);
+  EXPECT_GE(j["config"]["weights_seconds"].get<double>(), 0.0);
+  ASSERT_EQ(j["prefill_lengths"].size(), 2u);
+  EXPECT_EQ(j["prefill_lengths"][1]["tokens"], 9);
+  EXPECT_EQ(j["prefill_lengths"][1]["chunk"], 4);
+  for (const auto& row : j["prefill_lengths"]) {
+    EXPECT_GT(row["tokens_per_s"].get<double>(), 0.0);
+    EXPECT_FALSE(row.contains("floor_seconds")) << "floors are measured on the CUDA backend only";
+  }
+  EXPECT_FALSE(j["device"].contains("copy_bandwidth_gbs"));
+}
+
+// With the device's ceilings given, every prefill length and decode point gets its floor (as on CUDA, where
+// they are measured).
+TEST(BenchCommand, FloorsFromGivenCeilings) {
+  const BenchRun r = bench("--preset tiny --prompt-len 8 --decode-tokens 2 --repeats 1 --prefill 200 --chunk 64 "
+                           "--batch 1,2 --context 300 --ceilings 4000,700",
+                           "floors", false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["device"]["copy_bandwidth_gbs"], 4000.0);
+  EXPECT_EQ(j["device"]["bf16_gemm_tflops"], 700.0);
+  const auto& prefill = j["prefill_lengths"][0];
+  EXPECT_GT(prefill["bytes_floor"].get<double>(), 0.0);
+  EXPECT_GT(prefill["flops_floor"].get<double>(), 0.0);
+  EXPECT_NEAR(prefill["measured_over_floor"].get<double>() * prefill["floor_seconds"].get<double>(),
+              prefill["seconds_median"].get<double>(), 1e-9);
+  const auto& decode = j["batched_decode"][0]["decode"];
+  ASSERT_EQ(decode.size(), 2u);
+  for (const auto& row : decode) {
+    EXPECT_NEAR(row["bytes_floor"].get<double>(),
+                row["weight_bytes_floor"].get<double>() + row["state_bytes_floor"].get<double>(), 1e-6);
+    EXPECT_GE(row["routed_experts_mean"].get<double>(), 1.0);
+    EXPECT_LE(row["routed_experts_mean"].get<double>(), 8.0);
+    EXPECT_EQ(row["floor_bound"], "memory");  // a tiny model's step is far from compute-bound
+  }
+  // Two sequences read twice the state.
+  EXPECT_NEAR(decode[1]["state_bytes_floor"].get<double>(), 2 * decode[0]["state_bytes_floor"].get<double>(), 1e-6);
+  const BenchRun bad = bench("--preset tiny --ceilings 4000", "ceilings_bad", true);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.out.find("--ceilings"), std::string::npos) << bad.out;
+}
+
+TEST(BenchCommand, ModelOrPresetExactlyOnce) {
+  const BenchRun neither = bench("--prompt-len 4", "neither", true);
+  EXPECT_NE(neither.exit_code, 0);
+  EXPECT_NE(neither.out.find("found neither"), std::string::npos) << neither.out;
+  const BenchRun both = bench("--model /nonexistent --preset tiny", "both", true);
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.out.find("found both"), std::string::npos) << both.out;
+  const BenchRun layers = bench("--model /nonexistent --layers 2", "layers", true);
+  EXPECT_NE(layers.exit_code, 0);
+  EXPECT_NE(layers.out.find("--layers"), std::string::npos) << layers.out;
+  const BenchRun dtype = bench("--preset tiny --dtype fp4", "dtype", true);
+  EXPECT_NE(dtype.exit_code, 0);
+  EXPECT_NE(dtype.out.find("bf16 or fp8"), std::string::npos) << dtype.out;
+  const BenchRun preset = bench("--preset huge", "unknown", true);
+  EXPECT_NE(preset.exit_code, 0);
+  EXPECT_NE(preset.out.find("huge"), std::string::npos) << preset.out;
+}
+
+}  // namespace
+}  // namespace strata
