@@ -33,18 +33,28 @@ __global__ void sparse_attention_kernel(const float* q, const float* const* keys
   }
   __syncthreads();
 
-  // Softmax over the logits and the sink (every thread computes the same max and sum; n is at most a few hundred).
-  __shared__ float max_logit, denom;
-  if (threadIdx.x == 0) {
-    float m = sinks[head];
-    for (int j = 0; j < n; ++j) m = fmaxf(m, logits[j]);
-    float s = expf(sinks[head] - m);
-    for (int j = 0; j < n; ++j) s += expf(logits[j] - m);
-    max_logit = m;
-    denom = s;
-  }
+  // Softmax over the logits and the sink: block-wide max, then block-wide sum (warp shuffles, then across warps).
+  __shared__ float partial[kThreads / 32];
+  float m = sinks[head];
+  for (int j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, logits[j]);
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (lane == 0) partial[warp] = m;
   __syncthreads();
-  for (int j = threadIdx.x; j < n; j += blockDim.x) logits[j] = expf(logits[j] - max_logit) / denom;
+  m = partial[0];
+  for (int w = 1; w < warps; ++w) m = fmaxf(m, partial[w]);
+  __syncthreads();  // everyone has read `partial` before it is reused
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    const float e = expf(logits[j] - m);
+    logits[j] = e;
+    sum += e;
+  }
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane == 0) partial[warp] = sum;
+  __syncthreads();
+  float denom = expf(sinks[head] - m);
+  for (int w = 0; w < warps; ++w) denom += partial[w];
+  for (int j = threadIdx.x; j < n; j += blockDim.x) logits[j] /= denom;
   __syncthreads();
 
   float* o = out + (row * heads + head) * head_dim;

@@ -384,7 +384,8 @@ CudaBackend::Mix CudaBackend::hc_pre(const HyperConnectionWeights& w, const Tens
   Mix m{scratch_.alloc<float>(streams.rows * (hc + hc * hc)), hc};
   cuda::hc_pre(streams.data, weights_.vec(w.fn), weights_.vec(w.base), weights_.vec(w.scale), collapsed.data, m.data,
                streams.rows, hc, d, static_cast<float>(cfg.rms_norm_eps), static_cast<float>(cfg.hc_eps),
-               cfg.hc_sinkhorn_iters, stream_);
+               cfg.hc_sinkhorn_iters, scratch_.alloc<float>(mix_partial_floats(streams.rows, (2 + hc) * hc, hc * d)),
+               stream_);
   return m;
 }
 
@@ -400,7 +401,8 @@ CudaBackend::Tensor CudaBackend::hyper_head(const ModelWeights& w, const Tensor&
   const int32_t* index = upload(std::vector<int32_t>(rows.begin(), rows.end()));
   cuda::hyper_head(streams.data, index, weights_.vec(w.hc_head_fn), weights_.vec(w.hc_head_base),
                    weights_.vec(w.hc_head_scale), y.data, y.rows, cfg.hc_mult, d,
-                   static_cast<float>(cfg.rms_norm_eps), static_cast<float>(cfg.hc_eps), stream_);
+                   static_cast<float>(cfg.rms_norm_eps), static_cast<float>(cfg.hc_eps),
+                   scratch_.alloc<float>(mix_partial_floats(y.rows, cfg.hc_mult, cfg.hc_mult * d)), stream_);
   return y;
 }
 

@@ -33,21 +33,6 @@ __device__ float block_sum(float v) {
 
 __device__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// out[i] = fn[i] · rmsnorm(x) for i < n (fn rows of `width`), as the block's total; thread 0's out holds the result.
-// The mHC mixes (hc_pre) and the HyperHead both start this way.
-__device__ void normalized_mixes(const float* x, const float* fn, int64_t width, int64_t n, float eps, float* out) {
-  float ss = 0.0f;
-  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) ss += x[c] * x[c];
-  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(width) + eps);
-  for (int64_t i = 0; i < n; ++i) {
-    float acc = 0.0f;
-    for (int64_t c = threadIdx.x; c < width; c += blockDim.x) acc += fn[i * width + c] * (x[c] * inv);
-    acc = block_sum(acc);
-    if (threadIdx.x == 0) out[i] = acc;
-  }
-  __syncthreads();
-}
-
 __device__ const float* entry_address(const EntryTable& t, int64_t chunk, int64_t n) {
   const int32_t page = t.pages[chunk * t.max_pages + n / t.per_page];
   return t.arena + static_cast<int64_t>(page) * t.page_floats + (n % t.per_page) * t.dim;
@@ -79,47 +64,99 @@ __global__ void embed_kernel(const T* table, const int32_t* tokens, float* out, 
   }
 }
 
-// One block per row: rmsnorm of the hc·d streams, (2 + hc)·hc dot products with fn, then the small mHC math in
-// thread 0, then the collapse.
-__global__ void hc_pre_kernel(const float* streams, const float* fn, const float* base, const float* scale,
-                              float* collapsed, float* mix_out, int64_t hc, int64_t d, float norm_eps, float hc_eps,
-                              int64_t sinkhorn_iters) {
+// mHC mixes in two steps, so a decode step of a few rows still spreads over the GPU. Step 1: block (r, g, s) takes
+// columns [s·kMixSplit, (s+1)·kMixSplit) of row r's streams and returns that slice's Σx² and its dot products with
+// fn rows [g·kMixGroup, (g+1)·kMixGroup); step 2 adds the slices in a fixed order (deterministic, batch-invariant).
+constexpr int64_t kMixSplit = 2048, kMixGroup = 8;
+
+int64_t mix_splits(int64_t width) { return (width + kMixSplit - 1) / kMixSplit; }
+
+// partial[r, s, 0] = Σx² of the slice; partial[r, s, 1 + i] = fn[i] · x over the slice. `rows` (optional) maps
+// the grid's row to a streams row.
+__global__ void mix_partials_kernel(const float* streams, const int32_t* rows, const float* fn, int64_t width,
+                                    int64_t n, float* partial) {
+  const int64_t r = blockIdx.x, g = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
+  const float* x = streams + (rows ? static_cast<int64_t>(rows[r]) : r) * width;
+  const int64_t c0 = split * kMixSplit, c1 = min(c0 + kMixSplit, width);
+  const int64_t i0 = g * kMixGroup, i1 = min(i0 + kMixGroup, n);
+  float ss = 0.0f, acc[kMixGroup] = {};
+  for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
+    const float v = x[c];
+    ss += v * v;
+#pragma unroll
+    for (int64_t i = 0; i < kMixGroup; ++i)
+      if (i0 + i < i1) acc[i] += fn[(i0 + i) * width + c] * v;
+  }
+  float* out = partial + (r * splits + split) * (1 + n);
+  ss = block_sum(ss);
+  if (g == 0 && threadIdx.x == 0) out[0] = ss;
+  for (int64_t i = 0; i < kMixGroup && i0 + i < i1; ++i) {
+    const float total = block_sum(acc[i]);
+    if (threadIdx.x == 0) out[1 + i0 + i] = total;
+  }
+}
+
+// mix[i] = fn[i] · rmsnorm(x) of row r from its slices, into shared `mix` (n values); needs __syncthreads after.
+__device__ void gather_mixes(const float* partial, int64_t r, int64_t splits, int64_t n, int64_t width, float eps,
+                             float* mix) {
+  const float* p = partial + r * splits * (1 + n);
+  float ss = 0.0f;
+  for (int64_t s = 0; s < splits; ++s) ss += p[s * (1 + n)];
+  const float inv = rsqrtf(ss / static_cast<float>(width) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t s = 0; s < splits; ++s) acc += p[s * (1 + n) + 1 + i];
+    mix[i] = acc * inv;
+  }
+}
+
+// Step 2 of hc_pre, one block per row: pre/post, comb by softmax and Sinkhorn (lanes of warp 0 own rows, then
+// columns, of the hc×hc matrix), then the collapse Σ_h pre[h] · stream h over all threads.
+__global__ void hc_pre_kernel(const float* streams, const float* partial, int64_t splits, const float* base,
+                              const float* scale, float* collapsed, float* mix_out, int64_t hc, int64_t d,
+                              float norm_eps, float hc_eps, int64_t sinkhorn_iters) {
   extern __shared__ float sh[];
-  float* mix = sh;              // [(2 + hc)·hc]
+  float* mix = sh;                  // [(2 + hc)·hc]
   float* pre = sh + (2 + hc) * hc;  // [hc]
   const int64_t r = blockIdx.x, width = hc * d, mix_n = (2 + hc) * hc;
-  const float* x = streams + r * width;
-  normalized_mixes(x, fn, width, mix_n, norm_eps, mix);
-  if (threadIdx.x == 0) {
-    float* post = mix_out + r * (hc + hc * hc);
-    float* comb = post + hc;
-    for (int64_t h = 0; h < hc; ++h) {
-      pre[h] = sigmoidf(mix[h] * scale[0] + base[h]) + hc_eps;
-      post[h] = 2.0f * sigmoidf(mix[hc + h] * scale[1] + base[hc + h]);
+  gather_mixes(partial, r, splits, mix_n, width, norm_eps, mix);
+  __syncthreads();
+  float* post = mix_out + r * (hc + hc * hc);
+  float* comb = post + hc;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    if (lane < hc) {
+      pre[lane] = sigmoidf(mix[lane] * scale[0] + base[lane]) + hc_eps;
+      post[lane] = 2.0f * sigmoidf(mix[hc + lane] * scale[1] + base[hc + lane]);
+      // Row `lane` of comb: softmax over its hc entries.
+      float* row = comb + lane * hc;
+      float m = -FLT_MAX, sum = 0.0f;
+      for (int64_t j = 0; j < hc; ++j) row[j] = mix[2 * hc + lane * hc + j] * scale[2] + base[2 * hc + lane * hc + j];
+      for (int64_t j = 0; j < hc; ++j) m = fmaxf(m, row[j]);
+      for (int64_t j = 0; j < hc; ++j) sum += expf(row[j] - m);
+      for (int64_t j = 0; j < hc; ++j) row[j] = expf(row[j] - m) / sum + hc_eps;
     }
-    for (int64_t i = 0; i < hc * hc; ++i) comb[i] = mix[2 * hc + i] * scale[2] + base[2 * hc + i];
-    for (int64_t i = 0; i < hc; ++i) {
-      float m = -FLT_MAX, s = 0.0f;
-      for (int64_t j = 0; j < hc; ++j) m = fmaxf(m, comb[i * hc + j]);
-      for (int64_t j = 0; j < hc; ++j) s += expf(comb[i * hc + j] - m);
-      for (int64_t j = 0; j < hc; ++j) comb[i * hc + j] = expf(comb[i * hc + j] - m) / s + hc_eps;
-    }
+    __syncwarp();
     // Sinkhorn-Knopp as the CPU reference: columns once, then (rows, columns) sinkhorn_iters − 1 times.
     for (int64_t it = 0; it < (sinkhorn_iters > 1 ? sinkhorn_iters : 1); ++it) {
-      if (it > 0)
-        for (int64_t i = 0; i < hc; ++i) {
-          float s = 0.0f;
-          for (int64_t j = 0; j < hc; ++j) s += comb[i * hc + j];
-          for (int64_t j = 0; j < hc; ++j) comb[i * hc + j] /= s + hc_eps;
+      if (it > 0) {
+        if (lane < hc) {
+          float sum = 0.0f;
+          for (int64_t j = 0; j < hc; ++j) sum += comb[lane * hc + j];
+          for (int64_t j = 0; j < hc; ++j) comb[lane * hc + j] /= sum + hc_eps;
         }
-      for (int64_t j = 0; j < hc; ++j) {
-        float s = 0.0f;
-        for (int64_t i = 0; i < hc; ++i) s += comb[i * hc + j];
-        for (int64_t i = 0; i < hc; ++i) comb[i * hc + j] /= s + hc_eps;
+        __syncwarp();
       }
+      if (lane < hc) {
+        float sum = 0.0f;
+        for (int64_t i = 0; i < hc; ++i) sum += comb[i * hc + lane];
+        for (int64_t i = 0; i < hc; ++i) comb[i * hc + lane] /= sum + hc_eps;
+      }
+      __syncwarp();
     }
   }
   __syncthreads();
+  const float* x = streams + r * width;
   for (int64_t k = threadIdx.x; k < d; k += blockDim.x) {
     float acc = 0.0f;
     for (int64_t h = 0; h < hc; ++h) acc += pre[h] * x[h * d + k];
@@ -145,12 +182,14 @@ __global__ void hc_post_kernel(const float* mix, const float* block_out, float* 
   }
 }
 
-__global__ void hyper_head_kernel(const float* streams, const int32_t* rows, const float* fn, const float* base,
-                                  const float* scale, float* y, int64_t hc, int64_t d, float norm_eps, float hc_eps) {
+__global__ void hyper_head_kernel(const float* streams, const int32_t* rows, const float* partial, int64_t splits,
+                                  const float* base, const float* scale, float* y, int64_t hc, int64_t d,
+                                  float norm_eps, float hc_eps) {
   __shared__ float pre[8];
   const int64_t width = hc * d;
   const float* x = streams + static_cast<int64_t>(rows[blockIdx.x]) * width;
-  normalized_mixes(x, fn, width, hc, norm_eps, pre);
+  gather_mixes(partial, blockIdx.x, splits, hc, width, norm_eps, pre);
+  __syncthreads();
   if (threadIdx.x == 0)
     for (int64_t h = 0; h < hc; ++h) pre[h] = sigmoidf(pre[h] * scale[0] + base[h]) + hc_eps;
   __syncthreads();
@@ -274,18 +313,22 @@ __global__ void compress_pending_kernel(CompressorStep c, StepLayout L) {
 
 // --- Lightning Indexer ---------------------------------------------------------------------------------------
 
-// Scores of row r against every visible entry: warps over entries, lanes over channels, heads in a loop.
+// Scores of row r against its visible entries: block (r, b) takes entries [b·kScoreEntries, (b+1)·kScoreEntries),
+// so a decode step's few rows still fill the GPU; warps over entries, lanes over channels, heads in a loop.
+constexpr int64_t kScoreEntries = 64;
 __global__ void indexer_scores_kernel(const float* q, const float* head_w, EntryTable t, StepLayout L, int64_t rate,
                                       int64_t heads, int64_t hd, int64_t max_visible, float* scores) {
   extern __shared__ float qs[];  // [heads·hd]
   const int64_t r = blockIdx.x, chunk = L.chunk[r];
   const int64_t closed = (L.pos0[chunk] + L.count[chunk]) / rate;
   const int64_t visible = min(static_cast<int64_t>(L.position[r] + 1) / rate, closed);
+  const int64_t e0 = static_cast<int64_t>(blockIdx.y) * kScoreEntries, e1 = min(e0 + kScoreEntries, visible);
+  if (e0 >= e1) return;
   for (int64_t i = threadIdx.x; i < heads * hd; i += blockDim.x) qs[i] = q[r * heads * hd + i];
   __syncthreads();
   const float softmax_scale = rsqrtf(static_cast<float>(hd)), weights_scale = rsqrtf(static_cast<float>(heads));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  for (int64_t e = warp; e < visible; e += warps) {
+  for (int64_t e = e0 + warp; e < e1; e += warps) {
     const float* k = entry_address(t, chunk, e);
     float score = 0.0f;
     for (int64_t h = 0; h < heads; ++h) {
@@ -315,7 +358,11 @@ __global__ void indexer_select_kernel(const float* scores, StepLayout L, int64_t
   int64_t kept = 0;  // best-so-far occupy ks[0, kept)
   for (int64_t start = 0; start < visible;) {
     const int64_t take = min(static_cast<int64_t>(kTile) - kept, visible - start);
-    for (int64_t i = threadIdx.x; i < kTile; i += blockDim.x) {
+    // Sort only the power of two that holds the candidates: a decode row with a few hundred visible entries
+    // should not pay for a 4096-wide network.
+    int n_sort = 2;
+    while (n_sort < kept + take) n_sort <<= 1;
+    for (int64_t i = threadIdx.x; i < n_sort; i += blockDim.x) {
       if (i >= kept) {
         const int64_t e = start + (i - kept);
         const bool valid = i - kept < take;
@@ -324,9 +371,9 @@ __global__ void indexer_select_kernel(const float* scores, StepLayout L, int64_t
       }
     }
     __syncthreads();
-    for (int size = 2; size <= kTile; size <<= 1)
+    for (int size = 2; size <= n_sort; size <<= 1)
       for (int stride = size / 2; stride > 0; stride >>= 1) {
-        for (int i = threadIdx.x; i < kTile; i += blockDim.x) {
+        for (int i = threadIdx.x; i < n_sort; i += blockDim.x) {
           const int partner = i ^ stride;
           if (partner > i) {
             const bool ascending_block = (i & size) == 0;  // "ascending" = best first
@@ -390,44 +437,61 @@ __global__ void update_window_kernel(const float* kv, float* const* ring, int64_
 // --- MoE ------------------------------------------------------------------------------------------------------
 
 // One thread per row (experts ≤ a few hundred, k ≤ 16): the CPU's scoring and selection, in its order.
+// One warp per row: lanes score their experts (e ≡ lane mod 32), then k rounds of a warp-wide argmax pick the
+// experts in the CPU's order (higher biased score first, lower index on ties).
+constexpr int kMaxExpertsPerToken = 16;
 __global__ void route_kernel(const float* logits, const float* bias, const int32_t* tid2eid, const int32_t* tokens,
                              int64_t rows, int64_t experts, int64_t k, int scoring_func, float routed_scaling,
                              float* scores, int32_t* ids, float* weights) {
-  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (r >= rows) return;
+  const int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;  // the whole warp
   const float* in = logits + r * experts;
   float* s = scores + r * experts;
   if (scoring_func == 2) {  // softmax
     float m = -FLT_MAX, sum = 0.0f;
-    for (int64_t e = 0; e < experts; ++e) m = fmaxf(m, in[e]);
-    for (int64_t e = 0; e < experts; ++e) sum += expf(in[e] - m);
-    for (int64_t e = 0; e < experts; ++e) s[e] = expf(in[e] - m) / sum;
+    for (int64_t e = lane; e < experts; e += 32) m = fmaxf(m, in[e]);
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    for (int64_t e = lane; e < experts; e += 32) sum += expf(in[e] - m);
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    for (int64_t e = lane; e < experts; e += 32) s[e] = expf(in[e] - m) / sum;
   } else {
-    for (int64_t e = 0; e < experts; ++e) {
+    for (int64_t e = lane; e < experts; e += 32) {
       const float x = in[e];
       s[e] = scoring_func == 0 ? sqrtf(x > 20.0f ? x : log1pf(expf(x))) : 1.0f / (1.0f + expf(-x));
     }
   }
+  __syncwarp();
   int32_t* chosen = ids + r * k;
+  int32_t mine[kMaxExpertsPerToken];
   if (tid2eid) {
-    for (int64_t j = 0; j < k; ++j) chosen[j] = tid2eid[static_cast<int64_t>(tokens[r]) * k + j];
+    for (int64_t j = 0; j < k; ++j) mine[j] = tid2eid[static_cast<int64_t>(tokens[r]) * k + j];
   } else {
     for (int64_t j = 0; j < k; ++j) {
-      int32_t best = -1;
-      float best_v = 0.0f;
-      for (int64_t e = 0; e < experts; ++e) {
+      float best_v = -FLT_MAX;
+      int32_t best = INT32_MAX;
+      for (int64_t e = lane; e < experts; e += 32) {
         bool taken = false;
-        for (int64_t p = 0; p < j; ++p) taken |= chosen[p] == e;
-        if (taken) continue;
+        for (int64_t p = 0; p < j; ++p) taken |= mine[p] == e;
         const float v = s[e] + (bias ? bias[e] : 0.0f);
-        if (best < 0 || v > best_v) best = static_cast<int32_t>(e), best_v = v;
+        if (!taken && (best == INT32_MAX || v > best_v)) best = static_cast<int32_t>(e), best_v = v;
       }
-      chosen[j] = best;
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
+        const int32_t oe = __shfl_xor_sync(0xffffffffu, best, o);
+        if (oe != INT32_MAX && (best == INT32_MAX || ov > best_v || (ov == best_v && oe < best))) best = oe, best_v = ov;
+      }
+      mine[j] = best;
     }
   }
-  float sum = 0.0f;
-  for (int64_t j = 0; j < k; ++j) sum += s[chosen[j]];
-  for (int64_t j = 0; j < k; ++j) weights[r * k + j] = s[chosen[j]] / (sum + 1e-20f) * routed_scaling;
+  if (lane == 0) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < k; ++j) sum += s[mine[j]];
+    for (int64_t j = 0; j < k; ++j) {
+      chosen[j] = mine[j];
+      weights[r * k + j] = s[mine[j]] / (sum + 1e-20f) * routed_scaling;
+    }
+  }
 }
 
 template <typename T>
@@ -477,14 +541,21 @@ void embed(const void* table, GemmType type, const int32_t* tokens, float* out, 
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
+int64_t mix_partial_floats(int64_t rows, int64_t n, int64_t width) { return rows * mix_splits(width) * (1 + n); }
+
 void hc_pre(const float* streams, const float* fn, const float* base, const float* scale, float* collapsed,
             float* mix_out, int64_t rows, int64_t hc, int64_t d, float norm_eps, float hc_eps, int64_t sinkhorn_iters,
-            cudaStream_t stream) {
+            float* partial, cudaStream_t stream) {
   if (rows == 0) return;
   if (hc > 8) fail("hc_pre: hc_mult ", hc, " above the CUDA backend's limit of 8");
-  const size_t shared = static_cast<size_t>((2 + hc) * hc + hc) * sizeof(float);
-  hc_pre_kernel<<<static_cast<unsigned>(rows), kThreads, shared, stream>>>(streams, fn, base, scale, collapsed, mix_out,
-                                                                           hc, d, norm_eps, hc_eps, sinkhorn_iters);
+  const int64_t n = (2 + hc) * hc, splits = mix_splits(hc * d);
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((n + kMixGroup - 1) / kMixGroup),
+                  static_cast<unsigned>(splits));
+  mix_partials_kernel<<<grid, kThreads, 0, stream>>>(streams, nullptr, fn, hc * d, n, partial);
+  STRATA_CUDA_CHECK_LAUNCH();
+  const size_t shared = static_cast<size_t>(n + hc) * sizeof(float);
+  hc_pre_kernel<<<static_cast<unsigned>(rows), kThreads, shared, stream>>>(
+      streams, partial, splits, base, scale, collapsed, mix_out, hc, d, norm_eps, hc_eps, sinkhorn_iters);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
@@ -497,11 +568,16 @@ void hc_post(const float* mix, const float* block_out, float* streams, int64_t r
 }
 
 void hyper_head(const float* streams, const int32_t* rows, const float* fn, const float* base, const float* scale,
-                float* y, int64_t n, int64_t hc, int64_t d, float norm_eps, float hc_eps, cudaStream_t stream) {
+                float* y, int64_t n, int64_t hc, int64_t d, float norm_eps, float hc_eps, float* partial,
+                cudaStream_t stream) {
   if (n == 0) return;
   if (hc > 8) fail("hyper_head: hc_mult ", hc, " above the CUDA backend's limit of 8");
-  hyper_head_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(streams, rows, fn, base, scale, y, hc, d,
-                                                                       norm_eps, hc_eps);
+  const int64_t splits = mix_splits(hc * d);
+  const dim3 grid(static_cast<unsigned>(n), 1, static_cast<unsigned>(splits));
+  mix_partials_kernel<<<grid, kThreads, 0, stream>>>(streams, rows, fn, hc * d, hc, partial);
+  STRATA_CUDA_CHECK_LAUNCH();
+  hyper_head_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(streams, rows, partial, splits, base, scale, y,
+                                                                       hc, d, norm_eps, hc_eps);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
@@ -534,8 +610,10 @@ void indexer_topk(const float* q, const float* head_w, const EntryTable& entries
     STRATA_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(shared)));
   if (max_visible > 0) {
-    indexer_scores_kernel<<<static_cast<unsigned>(rows.rows), kThreads, shared, stream>>>(
-        q, head_w, entries, rows, rate, heads, head_dim, max_visible, scratch);
+    const dim3 grid(static_cast<unsigned>(rows.rows),
+                    static_cast<unsigned>((max_visible + kScoreEntries - 1) / kScoreEntries));
+    indexer_scores_kernel<<<grid, kThreads, shared, stream>>>(q, head_w, entries, rows, rate, heads, head_dim,
+                                                              max_visible, scratch);
     STRATA_CUDA_CHECK_LAUNCH();
   }
   indexer_select_kernel<<<static_cast<unsigned>(rows.rows), 1024, 0, stream>>>(scratch, rows, rate, max_visible, topk,
@@ -566,8 +644,10 @@ void route(const float* logits, const float* bias, const int32_t* tid2eid, const
            int64_t experts, int64_t k, int scoring_func, float routed_scaling, float* scores, int32_t* ids,
            float* weights, cudaStream_t stream) {
   if (rows == 0) return;
-  route_kernel<<<blocks_for(rows, 64), 64, 0, stream>>>(logits, bias, tid2eid, tokens, rows, experts, k, scoring_func,
-                                                        routed_scaling, scores, ids, weights);
+  if (k > kMaxExpertsPerToken) fail("route: ", k, " experts per token above the CUDA backend's limit of ", kMaxExpertsPerToken);
+  route_kernel<<<blocks_for(rows * 32, kThreads), kThreads, 0, stream>>>(logits, bias, tid2eid, tokens, rows, experts, k,
+                                                                        scoring_func, routed_scaling, scores, ids,
+                                                                        weights);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 

@@ -34,17 +34,21 @@ void to_gemm_input(const float* x, void* y, int64_t n, GemmType type, cudaStream
 void embed(const void* table, GemmType type, const int32_t* tokens, float* out, int64_t rows, int64_t d,
            int64_t copies, cudaStream_t stream);
 
+// Floats of scratch hc_pre / hyper_head need for `rows` rows of `n` mixes over streams of `width` (per-slice sums).
+int64_t mix_partial_floats(int64_t rows, int64_t n, int64_t width);
 // mHC pre: from streams [rows, hc·d]: mix = fn · rmsnorm(streams), pre/post/comb (Sinkhorn), collapsed = Σ pre·stream.
-// mix_out: [rows, hc + hc·hc] (post, then comb row-major).
+// mix_out: [rows, hc + hc·hc] (post, then comb row-major). `partial`: mix_partial_floats(rows, (2 + hc)·hc, hc·d).
 void hc_pre(const float* streams, const float* fn, const float* base, const float* scale, float* collapsed,
             float* mix_out, int64_t rows, int64_t hc, int64_t d, float norm_eps, float hc_eps, int64_t sinkhorn_iters,
-            cudaStream_t stream);
+            float* partial, cudaStream_t stream);
 // streams[k] ← post[k] · block_out + Σ_j comb[j][k] · streams[j]  (in place).
 void hc_post(const float* mix, const float* block_out, float* streams, int64_t rows, int64_t hc, int64_t d,
              cudaStream_t stream);
 // The HyperHead's collapse of the streams of rows[i] into y[i].
+// `partial`: mix_partial_floats(n, hc, hc·d).
 void hyper_head(const float* streams, const int32_t* rows, const float* fn, const float* base, const float* scale,
-                float* y, int64_t n, int64_t hc, int64_t d, float norm_eps, float hc_eps, cudaStream_t stream);
+                float* y, int64_t n, int64_t hc, int64_t d, float norm_eps, float hc_eps, float* partial,
+                cudaStream_t stream);
 
 // One compressor's step (CpuBackend::compress). `work` lists (chunk, window) pairs of the windows that close in
 // this step; `state` holds each chunk's pending/overlap buffers (pending_kv, pending_gate [rate, width],
