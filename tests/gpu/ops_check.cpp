@@ -10,6 +10,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/gemv.h"
 #include "backend/cuda/ops.h"
 #include "core/dtype.h"
 
@@ -107,9 +108,16 @@ void check_attention(int64_t rows, int64_t heads, int64_t hd, int64_t pool, int6
   dout.fill_bytes(0xff);
   strata::cuda::sparse_attention(dq.data(), dp.data(), dc.data(), max_keys, ds.data(), dout.data(), rows, heads, hd,
                                  scale, nullptr);
-  report("sparse_attention", std::to_string(rows) + "q " + std::to_string(heads) + "h " + std::to_string(hd) + "d " +
-                                 std::to_string(max_keys) + " keys",
-         rel_error(dout.download(), ref), 1e-5);
+  const std::string shape = std::to_string(rows) + "q " + std::to_string(heads) + "h " + std::to_string(hd) + "d " +
+                            std::to_string(max_keys) + " keys";
+  report("sparse_attention", shape, rel_error(dout.download(), ref), 1e-5);
+  // The decode variant: keys split over blocks, then merged.
+  DeviceBuffer<float> scratch(static_cast<size_t>(strata::cuda::attention_split_floats(rows, heads, hd, max_keys)));
+  scratch.fill_bytes(0xff);
+  dout.fill_bytes(0xff);
+  strata::cuda::sparse_attention_split(dq.data(), dp.data(), dc.data(), max_keys, ds.data(), dout.data(), rows, heads,
+                                       hd, scale, scratch.data(), nullptr);
+  report("attention_split", shape, rel_error(dout.download(), ref), 1e-5);
 }
 
 void check_gemm(strata::cuda::Gemm& gemm, int64_t m, int64_t n, int64_t k) {
@@ -129,7 +137,14 @@ void check_gemm(strata::cuda::Gemm& gemm, int64_t m, int64_t n, int64_t k) {
   dy.fill_bytes(0xff);
   gemm.bf16(reinterpret_cast<const __nv_bfloat16*>(dx.data()), reinterpret_cast<const __nv_bfloat16*>(dw.data()),
             dy.data(), m, n, k, nullptr);
-  report("gemm_bf16", std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k), rel_error(dy.download(), ref.v), 1e-5);
+  const std::string shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
+  report("gemm_bf16", shape, rel_error(dy.download(), ref.v), 1e-5);
+  if (strata::cuda::gemv_applies(strata::cuda::GemmType::Bf16, dx.data(), k, 0, dw.data(), k, 0, m, k)) {
+    dy.fill_bytes(0xff);
+    strata::cuda::gemv(strata::cuda::GemmType::Bf16, dx.data(), k, 0, dw.data(), k, 0, dy.data(), n, 0, m, n, k, 1,
+                       nullptr);
+    report("gemv_bf16", shape, rel_error(dy.download(), ref.v), 1e-5);
+  }
 }
 
 void check_gemm_fp32(strata::cuda::Gemm& gemm, int64_t m, int64_t n, int64_t k) {
@@ -168,6 +183,8 @@ int main() {
     check_gemm(gemm, 7, 1024, 512);
     check_gemm(gemm, 128, 2048, 4096);
     check_gemm(gemm, 333, 129, 64);
+    check_gemm(gemm, 3, 1000, 2048);
+    check_gemm(gemm, 8, 4096, 1024);
     check_gemm_fp32(gemm, 1, 4096, 4096);
     check_gemm_fp32(gemm, 128, 2048, 4096);
     check_gemm_fp32(gemm, 333, 129, 64);

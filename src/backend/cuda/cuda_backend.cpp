@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -190,8 +191,19 @@ const int32_t* DeviceWeights::ints(const std::vector<int32_t>& v) const {
 
 CudaBackend::CudaBackend(const DeviceWeights& weights, Gemm& gemm, Scratch& scratch,
                          const std::vector<LayerOffsets>& layout, const ModelConfig& cfg,
-                         const std::vector<const RopeTable*>& ropes, cudaStream_t stream)
-    : weights_(weights), type_(weights.type()), gemm_(gemm), scratch_(scratch), layout_(layout), cfg_(cfg), ropes_(ropes), stream_(stream) {}
+                         const std::vector<const RopeTable*>& ropes, cudaStream_t stream, OpClock* clock)
+    : weights_(weights),
+      type_(weights.type()),
+      gemm_(gemm),
+      scratch_(scratch),
+      layout_(layout),
+      cfg_(cfg),
+      ropes_(ropes),
+      stream_(stream),
+      clock_(clock) {}
+
+// Times the enclosing op when STRATA_CUDA_OP_TIMES is set (op_clock.h).
+#define STRATA_TIMED_OP(name) const OpClock::Scope timed_op_(clock_, name, rows_.rows, stream_)
 
 template <typename T>
 T* CudaBackend::upload(const std::vector<T>& host) {
@@ -301,6 +313,7 @@ void CudaBackend::end_step(const Step& step) {
     STRATA_CUDA_CHECK(cudaMemcpyAsync(active.data(), routed_active_, active.size() * sizeof(int32_t),
                                       cudaMemcpyDeviceToHost, stream_));
   STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (clock_) clock_->collect();
   for (size_t l = 0; l < routed_experts_.size(); ++l)
     if (routed_experts_[l] < 0) routed_experts_[l] = active[l] - (routed_experts_[l] == -2);
 }
@@ -317,6 +330,7 @@ const EntryTable& CudaBackend::entry_table(int64_t layer, CompressorSlot slot) c
 }
 
 CudaBackend::Tensor CudaBackend::embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies) {
+  STRATA_TIMED_OP("embed");
   const DeviceMatrix& t = weights_.matrix(table);
   Tensor out = tensor(static_cast<int64_t>(tokens.size()), copies * t.cols);
   cuda::embed(t.data, t.type, tokens_, out.data, out.rows, t.cols, copies, stream_);
@@ -333,10 +347,14 @@ const void* CudaBackend::gemm_input(const float* x, int64_t count) {
 }
 
 void CudaBackend::gemm(const void* x, int64_t m, const DeviceMatrix& w, float* y) {
-  gemm_.run(type_, x, w.cols, w.data, w.cols, y, w.rows, m, w.rows, w.cols, stream_);
+  if (gemv_applies(type_, x, w.cols, 0, w.data, w.cols, 0, m, w.cols))
+    gemv(type_, x, w.cols, 0, w.data, w.cols, 0, y, w.rows, 0, m, w.rows, w.cols, 1, stream_);
+  else
+    gemm_.run(type_, x, w.cols, w.data, w.cols, y, w.rows, m, w.rows, w.cols, stream_);
 }
 
 CudaBackend::Tensor CudaBackend::linear(const Tensor& x, const WeightRef& w) {
+  STRATA_TIMED_OP("linear");
   const DeviceMatrix& d = weights_.matrix(w);
   if (d.cols != x.cols) fail("CUDA linear: input width ", x.cols, " against a weight of ", d.rows, "x", d.cols);
   const void* xin = gemm_input(x.data, x.rows * x.cols);
@@ -346,29 +364,37 @@ CudaBackend::Tensor CudaBackend::linear(const Tensor& x, const WeightRef& w) {
 }
 
 CudaBackend::Tensor CudaBackend::grouped_linear(const Tensor& x, const WeightRef& w, int64_t groups) {
+  STRATA_TIMED_OP("grouped_linear");
   const DeviceMatrix& d = weights_.matrix(w);
   const int64_t group_in = x.cols / groups, rank = d.rows / groups;
   if (d.cols != group_in) fail("CUDA grouped linear: group width ", group_in, " against a weight of ", d.rows, "x", d.cols);
   const void* xin = gemm_input(x.data, x.rows * x.cols);
   Tensor y = tensor(x.rows, groups * rank);
   // One strided-batched product: group g reads x's columns [g·in, (g+1)·in) and w's rows [g·rank, (g+1)·rank).
-  gemm_.run_batched(type_, xin, x.cols, group_in, d.data, group_in, rank * group_in, y.data, y.cols, rank, x.rows,
-                    rank, group_in, groups, stream_);
+  if (gemv_applies(type_, xin, x.cols, group_in, d.data, group_in, rank * group_in, x.rows, group_in))
+    gemv(type_, xin, x.cols, group_in, d.data, group_in, rank * group_in, y.data, y.cols, rank, x.rows, rank, group_in,
+         groups, stream_);
+  else
+    gemm_.run_batched(type_, xin, x.cols, group_in, d.data, group_in, rank * group_in, y.data, y.cols, rank, x.rows,
+                      rank, group_in, groups, stream_);
   return y;
 }
 
 void CudaBackend::rms_norm_rows(Tensor& x, const std::vector<float>* weight, double eps) {
+  STRATA_TIMED_OP("rms_norm");
   changed(x.data);
   cuda::rms_norm(x.data, weight ? weights_.vec(*weight) : nullptr, x.data, x.rows, x.cols, static_cast<float>(eps),
                  stream_);
 }
 
 void CudaBackend::head_rms_norm(Tensor& x, int64_t head_dim, double eps) {
+  STRATA_TIMED_OP("head_rms_norm");
   changed(x.data);
   cuda::rms_norm(x.data, nullptr, x.data, x.rows * (x.cols / head_dim), head_dim, static_cast<float>(eps), stream_);
 }
 
 void CudaBackend::rope(Tensor& x, int64_t head_dim, const RopeTable& table, const Step&, bool inverse) {
+  STRATA_TIMED_OP("rope");
   changed(x.data);
   const auto it = rope_rows_.find(&table);
   if (it == rope_rows_.end()) fail("CUDA rope: a RoPE table the backend was not given");
@@ -379,6 +405,7 @@ void CudaBackend::rope(Tensor& x, int64_t head_dim, const RopeTable& table, cons
 
 CudaBackend::Mix CudaBackend::hc_pre(const HyperConnectionWeights& w, const Tensor& streams, Tensor& collapsed,
                                      const ModelConfig& cfg) {
+  STRATA_TIMED_OP("hc_pre");
   const int64_t hc = cfg.hc_mult, d = cfg.hidden_size;
   collapsed = tensor(streams.rows, d);
   Mix m{scratch_.alloc<float>(streams.rows * (hc + hc * hc)), hc};
@@ -390,12 +417,14 @@ CudaBackend::Mix CudaBackend::hc_pre(const HyperConnectionWeights& w, const Tens
 }
 
 void CudaBackend::hc_post(const Mix& mix, const Tensor& block_out, Tensor& streams) {
+  STRATA_TIMED_OP("hc_post");
   changed(streams.data);
   cuda::hc_post(mix.data, block_out.data, streams.data, streams.rows, mix.hc, block_out.cols, stream_);
 }
 
 CudaBackend::Tensor CudaBackend::hyper_head(const ModelWeights& w, const Tensor& streams,
                                             const std::vector<int64_t>& rows, const ModelConfig& cfg) {
+  STRATA_TIMED_OP("hyper_head");
   const int64_t d = cfg.hidden_size;
   Tensor y = tensor(static_cast<int64_t>(rows.size()), d);
   const int32_t* index = upload(std::vector<int32_t>(rows.begin(), rows.end()));
@@ -408,6 +437,7 @@ CudaBackend::Tensor CudaBackend::hyper_head(const ModelWeights& w, const Tensor&
 
 void CudaBackend::compress(const CompressorWeights& w, const Tensor& kv, const Tensor& gate, const Step&,
                            int64_t layer, CompressorSlot slot, const RopeTable& rope, double eps) {
+  STRATA_TIMED_OP("compress");
   const CompressorOffsets& o =
       slot == CompressorSlot::Attention ? layout_[static_cast<size_t>(layer)].compressor : layout_[static_cast<size_t>(layer)].indexer;
   CompressorStep c;
@@ -436,6 +466,7 @@ void CudaBackend::compress(const CompressorWeights& w, const Tensor& kv, const T
 
 CudaBackend::Picks CudaBackend::indexer_topk(const Tensor& q, const Tensor& head_w, const Step&, int64_t layer,
                                              const ModelConfig& cfg) {
+  STRATA_TIMED_OP("indexer_topk");
   const EntryTable& t = entry_table(layer, CompressorSlot::Indexer);
   const int64_t rate = cfg.csa_compress_rate;
   const int64_t max_visible = closed_max_.at(rate);
@@ -449,6 +480,7 @@ CudaBackend::Picks CudaBackend::indexer_topk(const Tensor& q, const Tensor& head
 CudaBackend::Tensor CudaBackend::sparse_attention(const Tensor& q, const Tensor& kv, const std::vector<float>& sinks,
                                                   AttentionKeys keys_kind, const Picks& picks, const Step&,
                                                   int64_t layer, const ModelConfig& cfg) {
+  STRATA_TIMED_OP("sparse_attention");
   const int64_t n = q.rows, heads = cfg.num_attention_heads, hd = cfg.head_dim, window = cfg.sliding_window;
   KeyEntries mode = KeyEntries::None;
   int64_t rate = 1, extra = 0;
@@ -468,17 +500,24 @@ CudaBackend::Tensor CudaBackend::sparse_attention(const Tensor& q, const Tensor&
                  entry_table(layer, CompressorSlot::Attention), rate, picks.index, picks.count, picks.topk, rows_,
                  max_keys, keys, key_count, stream_);
   Tensor out = tensor(n, heads * hd);
-  cuda::sparse_attention(q.data, keys, key_count, max_keys, weights_.vec(sinks), out.data, n, heads, hd,
-                         1.0f / std::sqrt(static_cast<float>(hd)), stream_);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  if (n <= OpClock::kDecodeRows)  // few queries: split each one's keys over blocks
+    sparse_attention_split(q.data, keys, key_count, max_keys, weights_.vec(sinks), out.data, n, heads, hd, scale,
+                           scratch_.alloc<float>(attention_split_floats(n, heads, hd, max_keys)), stream_);
+  else
+    cuda::sparse_attention(q.data, keys, key_count, max_keys, weights_.vec(sinks), out.data, n, heads, hd, scale,
+                           stream_);
   return out;
 }
 
 void CudaBackend::update_window(const Tensor& kv, const Step&, int64_t layer, int64_t window) {
+  STRATA_TIMED_OP("update_window");
   cuda::update_window(kv.data, state_, layout_[static_cast<size_t>(layer)].swa, window, kv.cols, rows_, stream_);
 }
 
 CudaBackend::Routing CudaBackend::route(const Tensor& logits, const MoeWeights& w, const std::vector<int32_t>&,
                                         const ModelConfig& cfg) {
+  STRATA_TIMED_OP("route");
   const int64_t n = logits.rows, k = cfg.num_experts_per_tok;
   Routing r{scratch_.alloc<int32_t>(n * k), scratch_.alloc<float>(n * k), n, k};
   float* scores = scratch_.alloc<float>(n * logits.cols);
@@ -506,6 +545,7 @@ void CudaBackend::swiglu_expert(const ExpertWeights& w, const void* x, int64_t m
 // rows — at prefill sizes each expert has enough rows for a real GEMM and one sync per layer is noise.
 CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing, const MoeWeights& w,
                                          const ModelConfig& cfg) {
+  STRATA_TIMED_OP("experts");
   const int64_t n = x.rows, d = x.cols, k = routing.k;
   const int64_t n_experts = static_cast<int64_t>(w.experts.size());
   const int64_t inter = n_experts ? w.experts[0].w1.rows : 0;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/moe.h"
+#include "backend/cuda/op_clock.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/v4_kernels.h"
 #include "core/tensor.h"
@@ -127,7 +128,8 @@ class CudaBackend {
   };
 
   CudaBackend(const DeviceWeights& weights, Gemm& gemm, Scratch& scratch, const std::vector<LayerOffsets>& layout,
-              const model::ModelConfig& cfg, const std::vector<const model::v4::RopeTable*>& ropes, cudaStream_t stream);
+              const model::ModelConfig& cfg, const std::vector<const model::v4::RopeTable*>& ropes, cudaStream_t stream,
+              OpClock* clock = nullptr);
 
   void begin_step(const model::v4::Step& step);
   void end_step(const model::v4::Step& step);
@@ -193,6 +195,7 @@ class CudaBackend {
   const model::ModelConfig& cfg_;
   std::vector<const model::v4::RopeTable*> ropes_;  // cos/sin rows of each are uploaded in begin_step
   cudaStream_t stream_;
+  OpClock* clock_;
   Scratch::Mark layer_mark_;
 
   // This step's layout on the device.

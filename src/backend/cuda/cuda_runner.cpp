@@ -1,5 +1,7 @@
 // The CUDA ForwardRunner: forward.h over CudaBackend, with the weights on the GPU and each sequence's fixed state in
 // one device block.
+#include <cstdlib>
+
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "model/deepseek_v4/model.h"
@@ -41,7 +43,8 @@ class CudaRunner : public ForwardRunner {
   }
 
   std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe) override {
-    cuda::CudaBackend backend(weights_, gemm_, scratch_, layout_, p_.cfg, {&p_.rope_main, &p_.rope_compress}, nullptr);
+    cuda::CudaBackend backend(weights_, gemm_, scratch_, layout_, p_.cfg, {&p_.rope_main, &p_.rope_compress}, nullptr,
+                              &clock_);
     std::vector<Mat> out =
         Forward<cuda::CudaBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend).run(chunks, observe);
     routed_ = backend.routed_experts();
@@ -75,6 +78,7 @@ class CudaRunner : public ForwardRunner {
   cuda::Scratch scratch_;
   std::vector<cuda::LayerOffsets> layout_;
   int64_t block_floats_ = 0;
+  cuda::OpClock clock_{std::getenv("STRATA_CUDA_OP_TIMES") != nullptr};
 };
 
 }  // namespace

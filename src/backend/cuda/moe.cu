@@ -107,20 +107,35 @@ __global__ void moe_grouped_kernel(const T* x, bool x_by_row, MoePlan plan, cons
       float acc_a[kTile] = {}, acc_b[kTile] = {};
       const T* ra = a + n * in;
       const T* rb = kGateUp ? b + n * in : nullptr;
-      for (int64_t c = static_cast<int64_t>(lane) * kVec; c < in; c += 32 * kVec) {
-        T va[kVec], vb[kVec];
-        *reinterpret_cast<uint4*>(va) = *reinterpret_cast<const uint4*>(ra + c);
-        if constexpr (kGateUp) *reinterpret_cast<uint4*>(vb) = *reinterpret_cast<const uint4*>(rb + c);
+      // kUnroll weight vectors per matrix in flight per lane: the loop is bound by how many bytes are in flight.
+      constexpr int kUnroll = kGateUp ? 2 : 4;
+      for (int64_t c0 = static_cast<int64_t>(lane) * kVec; c0 < in; c0 += 32 * kVec * kUnroll) {
+        uint4 va[kUnroll], vb[kUnroll];
 #pragma unroll
-        for (int t = 0; t < kTile; ++t) {
-          if (t >= nt) break;
-          T xv[kVec];
-          *reinterpret_cast<uint4*>(xv) = *reinterpret_cast<const uint4*>(staged + t * in + c);
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t c = c0 + static_cast<int64_t>(u) * 32 * kVec;
+          if (c < in) {
+            va[u] = *reinterpret_cast<const uint4*>(ra + c);
+            if constexpr (kGateUp) vb[u] = *reinterpret_cast<const uint4*>(rb + c);
+          }
+        }
 #pragma unroll
-          for (int v = 0; v < kVec; ++v) {
-            const float xf = to_float(xv[v]);
-            acc_a[t] += to_float(va[v]) * xf;
-            if constexpr (kGateUp) acc_b[t] += to_float(vb[v]) * xf;
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t c = c0 + static_cast<int64_t>(u) * 32 * kVec;
+          if (c >= in) break;
+          const T* wa_v = reinterpret_cast<const T*>(&va[u]);
+          const T* wb_v = reinterpret_cast<const T*>(&vb[u]);
+#pragma unroll
+          for (int t = 0; t < kTile; ++t) {
+            if (t >= nt) break;
+            T xv[kVec];
+            *reinterpret_cast<uint4*>(xv) = *reinterpret_cast<const uint4*>(staged + t * in + c);
+#pragma unroll
+            for (int v = 0; v < kVec; ++v) {
+              const float xf = to_float(xv[v]);
+              acc_a[t] += to_float(wa_v[v]) * xf;
+              if constexpr (kGateUp) acc_b[t] += to_float(wb_v[v]) * xf;
+            }
           }
         }
       }

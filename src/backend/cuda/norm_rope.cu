@@ -9,13 +9,14 @@ namespace {
 
 constexpr int kNormThreads = 256;
 
+// Sum over the block (blockDim.x a multiple of 32, ≤ 1024); every thread gets the total.
 __device__ float block_sum(float v) {
-  __shared__ float partial[kNormThreads / 32];
+  __shared__ float partial[32];
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) partial[warp] = v;
   __syncthreads();
-  v = lane < kNormThreads / 32 ? partial[lane] : 0.0f;
+  v = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : 0.0f;
   if (warp == 0)
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   __shared__ float total;
@@ -52,7 +53,9 @@ __global__ void rope_kernel(float* x, int64_t rows, int64_t heads, int64_t head_
 
 void rms_norm(const float* x, const float* weight, float* y, int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
   if (rows == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(x, weight, y, cols, eps);
+  // A few long rows (a decode step's hidden states) get wide blocks; many rows (per-head norms, prefill) narrow ones.
+  const int threads = rows < 64 && cols >= 2048 ? 1024 : kNormThreads;
+  rms_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(x, weight, y, cols, eps);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 

@@ -34,6 +34,13 @@ void sparse_attention(const float* q, const float* const* keys, const int32_t* k
 enum class GemmType { Bf16, Fp32 };
 inline size_t gemm_type_size(GemmType t) { return t == GemmType::Bf16 ? 2 : 4; }
 
+// The same for decode-sized steps, keys split over blocks and merged (no difference beyond rounding); `scratch`
+// holds attention_split_floats(rows, heads, head_dim, max_keys) floats.
+int64_t attention_split_floats(int64_t rows, int64_t heads, int64_t head_dim, int64_t max_keys);
+void sparse_attention_split(const float* q, const float* const* keys, const int32_t* key_count, int64_t max_keys,
+                            const float* sinks, float* out, int64_t rows, int64_t heads, int64_t head_dim, float scale,
+                            float* scratch, cudaStream_t stream);
+
 // y[m, n] = Σ_k x[m, k] · w[n, k] with fp32 accumulation and output (cuBLASLt, TN layout).
 class Gemm {
  public:

@@ -58,7 +58,7 @@ template <typename T>
 __global__ void embed_kernel(const T* table, const int32_t* tokens, float* out, int64_t d, int64_t copies) {
   const int64_t r = blockIdx.x;
   const T* src = table + static_cast<int64_t>(tokens[r]) * d;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+  for (int64_t c = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < d; c += gridDim.y * blockDim.x) {
     const float v = to_float(src[c]);
     for (int64_t h = 0; h < copies; ++h) out[(r * copies + h) * d + c] = v;
   }
@@ -67,7 +67,7 @@ __global__ void embed_kernel(const T* table, const int32_t* tokens, float* out, 
 // mHC mixes in two steps, so a decode step of a few rows still spreads over the GPU. Step 1: block (r, g, s) takes
 // columns [s·kMixSplit, (s+1)·kMixSplit) of row r's streams and returns that slice's Σx² and its dot products with
 // fn rows [g·kMixGroup, (g+1)·kMixGroup); step 2 adds the slices in a fixed order (deterministic, batch-invariant).
-constexpr int64_t kMixSplit = 2048, kMixGroup = 8;
+constexpr int64_t kMixSplit = 512, kMixGroup = 8;
 
 int64_t mix_splits(int64_t width) { return (width + kMixSplit - 1) / kMixSplit; }
 
@@ -96,72 +96,78 @@ __global__ void mix_partials_kernel(const float* streams, const int32_t* rows, c
   }
 }
 
-// mix[i] = fn[i] · rmsnorm(x) of row r from its slices, into shared `mix` (n values); needs __syncthreads after.
-__device__ void gather_mixes(const float* partial, int64_t r, int64_t splits, int64_t n, int64_t width, float eps,
-                             float* mix) {
+// mix[i] = fn[i] · rmsnorm(x) of row r from its slices, by one warp (lanes over slices, a fixed-order tree sum),
+// into shared `mix` (n values); __syncwarp after.
+__device__ void warp_mixes(const float* partial, int64_t r, int64_t splits, int64_t n, int64_t width, float eps,
+                           float* mix) {
+  const int lane = threadIdx.x % 32;
   const float* p = partial + r * splits * (1 + n);
-  float ss = 0.0f;
-  for (int64_t s = 0; s < splits; ++s) ss += p[s * (1 + n)];
-  const float inv = rsqrtf(ss / static_cast<float>(width) + eps);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t s = 0; s < splits; ++s) acc += p[s * (1 + n) + 1 + i];
-    mix[i] = acc * inv;
+  auto slice_sum = [&](int64_t i) {
+    float v = 0.0f;
+    for (int64_t s = lane; s < splits; s += 32) v += p[s * (1 + n) + i];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+  };
+  const float inv = rsqrtf(slice_sum(0) / static_cast<float>(width) + eps);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = slice_sum(1 + i);
+    if (lane == 0) mix[i] = v * inv;
   }
+  __syncwarp();
 }
 
-// Step 2 of hc_pre, one block per row: pre/post, comb by softmax and Sinkhorn (lanes of warp 0 own rows, then
-// columns, of the hc×hc matrix), then the collapse Σ_h pre[h] · stream h over all threads.
-__global__ void hc_pre_kernel(const float* streams, const float* partial, int64_t splits, const float* base,
-                              const float* scale, float* collapsed, float* mix_out, int64_t hc, int64_t d,
-                              float norm_eps, float hc_eps, int64_t sinkhorn_iters) {
-  extern __shared__ float sh[];
-  float* mix = sh;                  // [(2 + hc)·hc]
-  float* pre = sh + (2 + hc) * hc;  // [hc]
+// Step 2 of hc_pre, one warp per row: pre/post, comb by softmax and Sinkhorn (lanes own rows, then columns, of the
+// hc×hc matrix). Step 3 (hc_collapse_kernel) spreads the collapse Σ_h pre[h] · stream h over the GPU.
+__global__ void hc_pre_kernel(const float* partial, int64_t splits, const float* base, const float* scale,
+                              float* mix_out, float* pre_out, int64_t hc, int64_t d, float norm_eps, float hc_eps,
+                              int64_t sinkhorn_iters) {
+  __shared__ float mix[(2 + 8) * 8];
+  __shared__ float comb[8 * 8];  // the Sinkhorn iterations stay in shared memory
   const int64_t r = blockIdx.x, width = hc * d, mix_n = (2 + hc) * hc;
-  gather_mixes(partial, r, splits, mix_n, width, norm_eps, mix);
-  __syncthreads();
+  warp_mixes(partial, r, splits, mix_n, width, norm_eps, mix);
   float* post = mix_out + r * (hc + hc * hc);
-  float* comb = post + hc;
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    if (lane < hc) {
-      pre[lane] = sigmoidf(mix[lane] * scale[0] + base[lane]) + hc_eps;
-      post[lane] = 2.0f * sigmoidf(mix[hc + lane] * scale[1] + base[hc + lane]);
-      // Row `lane` of comb: softmax over its hc entries.
-      float* row = comb + lane * hc;
-      float m = -FLT_MAX, sum = 0.0f;
-      for (int64_t j = 0; j < hc; ++j) row[j] = mix[2 * hc + lane * hc + j] * scale[2] + base[2 * hc + lane * hc + j];
-      for (int64_t j = 0; j < hc; ++j) m = fmaxf(m, row[j]);
-      for (int64_t j = 0; j < hc; ++j) sum += expf(row[j] - m);
-      for (int64_t j = 0; j < hc; ++j) row[j] = expf(row[j] - m) / sum + hc_eps;
-    }
-    __syncwarp();
-    // Sinkhorn-Knopp as the CPU reference: columns once, then (rows, columns) sinkhorn_iters − 1 times.
-    for (int64_t it = 0; it < (sinkhorn_iters > 1 ? sinkhorn_iters : 1); ++it) {
-      if (it > 0) {
-        if (lane < hc) {
-          float sum = 0.0f;
-          for (int64_t j = 0; j < hc; ++j) sum += comb[lane * hc + j];
-          for (int64_t j = 0; j < hc; ++j) comb[lane * hc + j] /= sum + hc_eps;
-        }
-        __syncwarp();
-      }
+  const int lane = threadIdx.x;
+  if (lane < hc) {
+    pre_out[r * hc + lane] = sigmoidf(mix[lane] * scale[0] + base[lane]) + hc_eps;
+    post[lane] = 2.0f * sigmoidf(mix[hc + lane] * scale[1] + base[hc + lane]);
+    // Row `lane` of comb: softmax over its hc entries.
+    float* row = comb + lane * hc;
+    float m = -FLT_MAX, sum = 0.0f;
+    for (int64_t j = 0; j < hc; ++j) row[j] = mix[2 * hc + lane * hc + j] * scale[2] + base[2 * hc + lane * hc + j];
+    for (int64_t j = 0; j < hc; ++j) m = fmaxf(m, row[j]);
+    for (int64_t j = 0; j < hc; ++j) sum += expf(row[j] - m);
+    for (int64_t j = 0; j < hc; ++j) row[j] = expf(row[j] - m) / sum + hc_eps;
+  }
+  __syncwarp();
+  // Sinkhorn-Knopp as the CPU reference: columns once, then (rows, columns) sinkhorn_iters − 1 times.
+  for (int64_t it = 0; it < (sinkhorn_iters > 1 ? sinkhorn_iters : 1); ++it) {
+    if (it > 0) {
       if (lane < hc) {
         float sum = 0.0f;
-        for (int64_t i = 0; i < hc; ++i) sum += comb[i * hc + lane];
-        for (int64_t i = 0; i < hc; ++i) comb[i * hc + lane] /= sum + hc_eps;
+        for (int64_t j = 0; j < hc; ++j) sum += comb[lane * hc + j];
+        for (int64_t j = 0; j < hc; ++j) comb[lane * hc + j] /= sum + hc_eps;
       }
       __syncwarp();
     }
+    if (lane < hc) {
+      float sum = 0.0f;
+      for (int64_t i = 0; i < hc; ++i) sum += comb[i * hc + lane];
+      for (int64_t i = 0; i < hc; ++i) comb[i * hc + lane] /= sum + hc_eps;
+    }
+    __syncwarp();
   }
-  __syncthreads();
-  const float* x = streams + r * width;
-  for (int64_t k = threadIdx.x; k < d; k += blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t h = 0; h < hc; ++h) acc += pre[h] * x[h * d + k];
-    collapsed[r * d + k] = acc;
-  }
+  for (int64_t i = lane; i < hc * hc; i += 32) post[hc + i] = comb[i];
+}
+
+// out[i, k] = Σ_h pre[i, h] · streams[row_i, h·d + k], row_i = rows[i] (or i): blocks over (row, column slice).
+__global__ void hc_collapse_kernel(const float* streams, const int32_t* rows, const float* pre, float* out,
+                                   int64_t hc, int64_t d) {
+  const int64_t i = blockIdx.x, k = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (k >= d) return;
+  const float* x = streams + (rows ? static_cast<int64_t>(rows[i]) : i) * hc * d;
+  float acc = 0.0f;
+  for (int64_t h = 0; h < hc; ++h) acc += pre[i * hc + h] * x[h * d + k];
+  out[i * d + k] = acc;
 }
 
 // One block per row (rows may exceed the 65,535 limit of a grid's y dimension), threads over the hidden size.
@@ -170,7 +176,8 @@ __global__ void hc_post_kernel(const float* mix, const float* block_out, float* 
   const float* post = mix + r * (hc + hc * hc);
   const float* comb = post + hc;
   float* x = streams + r * hc * d;
-  for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
+  // blockIdx.y: a slice of kThreads columns, so a decode step's few rows still spread over the GPU.
+  for (int64_t e = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < d; e += gridDim.y * blockDim.x) {
     float old[8];  // hc ≤ 8 (checked by the launcher)
     for (int64_t j = 0; j < hc; ++j) old[j] = x[j * d + e];
     const float out = block_out[r * d + e];
@@ -182,22 +189,12 @@ __global__ void hc_post_kernel(const float* mix, const float* block_out, float* 
   }
 }
 
-__global__ void hyper_head_kernel(const float* streams, const int32_t* rows, const float* partial, int64_t splits,
-                                  const float* base, const float* scale, float* y, int64_t hc, int64_t d,
-                                  float norm_eps, float hc_eps) {
+// The HyperHead's pre weights, one warp per asked-for row (its collapse is hc_collapse_kernel).
+__global__ void hyper_head_kernel(const float* partial, int64_t splits, const float* base, const float* scale,
+                                  float* pre_out, int64_t hc, int64_t d, float norm_eps, float hc_eps) {
   __shared__ float pre[8];
-  const int64_t width = hc * d;
-  const float* x = streams + static_cast<int64_t>(rows[blockIdx.x]) * width;
-  gather_mixes(partial, blockIdx.x, splits, hc, width, norm_eps, pre);
-  __syncthreads();
-  if (threadIdx.x == 0)
-    for (int64_t h = 0; h < hc; ++h) pre[h] = sigmoidf(pre[h] * scale[0] + base[h]) + hc_eps;
-  __syncthreads();
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t h = 0; h < hc; ++h) acc += pre[h] * x[h * d + c];
-    y[blockIdx.x * d + c] = acc;
-  }
+  warp_mixes(partial, blockIdx.x, splits, hc, hc * d, norm_eps, pre);
+  if (threadIdx.x < hc) pre_out[blockIdx.x * hc + threadIdx.x] = sigmoidf(pre[threadIdx.x] * scale[0] + base[threadIdx.x]) + hc_eps;
 }
 
 // --- Compressor -----------------------------------------------------------------------------------------------
@@ -318,13 +315,16 @@ __global__ void compress_pending_kernel(CompressorStep c, StepLayout L) {
 constexpr int64_t kScoreEntries = 64;
 __global__ void indexer_scores_kernel(const float* q, const float* head_w, EntryTable t, StepLayout L, int64_t rate,
                                       int64_t heads, int64_t hd, int64_t max_visible, float* scores) {
-  extern __shared__ float qs[];  // [heads·hd]
+  extern __shared__ float qs[];  // [heads·hd], then the heads' weights [heads]
+  float* hw = qs + heads * hd;
   const int64_t r = blockIdx.x, chunk = L.chunk[r];
   const int64_t closed = (L.pos0[chunk] + L.count[chunk]) / rate;
   const int64_t visible = min(static_cast<int64_t>(L.position[r] + 1) / rate, closed);
   const int64_t e0 = static_cast<int64_t>(blockIdx.y) * kScoreEntries, e1 = min(e0 + kScoreEntries, visible);
   if (e0 >= e1) return;
+#pragma unroll 4
   for (int64_t i = threadIdx.x; i < heads * hd; i += blockDim.x) qs[i] = q[r * heads * hd + i];
+  for (int64_t h = threadIdx.x; h < heads; h += blockDim.x) hw[h] = head_w[r * heads + h];
   __syncthreads();
   const float softmax_scale = rsqrtf(static_cast<float>(hd)), weights_scale = rsqrtf(static_cast<float>(heads));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
@@ -335,7 +335,7 @@ __global__ void indexer_scores_kernel(const float* q, const float* head_w, Entry
       float acc = 0.0f;
       for (int64_t c = lane; c < hd; c += 32) acc += qs[h * hd + c] * k[c];
       for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-      score += (fmaxf(acc, 0.0f) * softmax_scale) * (head_w[r * heads + h] * weights_scale);
+      score += (fmaxf(acc, 0.0f) * softmax_scale) * (hw[h] * weights_scale);
     }
     if (lane == 0) scores[r * max_visible + e] = score;
   }
@@ -533,15 +533,16 @@ void embed(const void* table, GemmType type, const int32_t* tokens, float* out, 
            int64_t copies, cudaStream_t stream) {
   if (rows == 0) return;
   if (type == GemmType::Bf16)
-    embed_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(table),
-                                                                        tokens, out, d, copies);
+    embed_kernel<<<dim3(static_cast<unsigned>(rows), blocks_for(d)), kThreads, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(table), tokens, out, d, copies);
   else
-    embed_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(static_cast<const float*>(table), tokens, out,
-                                                                        d, copies);
+    embed_kernel<<<dim3(static_cast<unsigned>(rows), blocks_for(d)), kThreads, 0, stream>>>(
+        static_cast<const float*>(table), tokens, out, d, copies);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
-int64_t mix_partial_floats(int64_t rows, int64_t n, int64_t width) { return rows * mix_splits(width) * (1 + n); }
+// The partial sums, then each row's hc pre weights after them.
+int64_t mix_partial_floats(int64_t rows, int64_t n, int64_t width) { return rows * mix_splits(width) * (1 + n) + rows * 8; }
 
 void hc_pre(const float* streams, const float* fn, const float* base, const float* scale, float* collapsed,
             float* mix_out, int64_t rows, int64_t hc, int64_t d, float norm_eps, float hc_eps, int64_t sinkhorn_iters,
@@ -549,13 +550,16 @@ void hc_pre(const float* streams, const float* fn, const float* base, const floa
   if (rows == 0) return;
   if (hc > 8) fail("hc_pre: hc_mult ", hc, " above the CUDA backend's limit of 8");
   const int64_t n = (2 + hc) * hc, splits = mix_splits(hc * d);
+  float* pre = partial + rows * splits * (1 + n);
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((n + kMixGroup - 1) / kMixGroup),
                   static_cast<unsigned>(splits));
   mix_partials_kernel<<<grid, kThreads, 0, stream>>>(streams, nullptr, fn, hc * d, n, partial);
   STRATA_CUDA_CHECK_LAUNCH();
-  const size_t shared = static_cast<size_t>(n + hc) * sizeof(float);
-  hc_pre_kernel<<<static_cast<unsigned>(rows), kThreads, shared, stream>>>(
-      streams, partial, splits, base, scale, collapsed, mix_out, hc, d, norm_eps, hc_eps, sinkhorn_iters);
+  hc_pre_kernel<<<static_cast<unsigned>(rows), 32, 0, stream>>>(partial, splits, base, scale, mix_out, pre, hc, d,
+                                                                norm_eps, hc_eps, sinkhorn_iters);
+  STRATA_CUDA_CHECK_LAUNCH();
+  hc_collapse_kernel<<<dim3(static_cast<unsigned>(rows), blocks_for(d)), kThreads, 0, stream>>>(streams, nullptr, pre,
+                                                                                              collapsed, hc, d);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
@@ -563,7 +567,8 @@ void hc_post(const float* mix, const float* block_out, float* streams, int64_t r
              cudaStream_t stream) {
   if (rows == 0) return;
   if (hc > 8) fail("hc_post: hc_mult ", hc, " above the CUDA backend's limit of 8");
-  hc_post_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(mix, block_out, streams, hc, d);
+  hc_post_kernel<<<dim3(static_cast<unsigned>(rows), blocks_for(d)), kThreads, 0, stream>>>(mix, block_out, streams,
+                                                                                          hc, d);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
@@ -573,11 +578,15 @@ void hyper_head(const float* streams, const int32_t* rows, const float* fn, cons
   if (n == 0) return;
   if (hc > 8) fail("hyper_head: hc_mult ", hc, " above the CUDA backend's limit of 8");
   const int64_t splits = mix_splits(hc * d);
-  const dim3 grid(static_cast<unsigned>(n), 1, static_cast<unsigned>(splits));
-  mix_partials_kernel<<<grid, kThreads, 0, stream>>>(streams, rows, fn, hc * d, hc, partial);
+  float* pre = partial + n * splits * (1 + hc);
+  mix_partials_kernel<<<dim3(static_cast<unsigned>(n), 1, static_cast<unsigned>(splits)), kThreads, 0, stream>>>(
+      streams, rows, fn, hc * d, hc, partial);
   STRATA_CUDA_CHECK_LAUNCH();
-  hyper_head_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(streams, rows, partial, splits, base, scale, y,
-                                                                       hc, d, norm_eps, hc_eps);
+  hyper_head_kernel<<<static_cast<unsigned>(n), 32, 0, stream>>>(partial, splits, base, scale, pre, hc, d, norm_eps,
+                                                                 hc_eps);
+  STRATA_CUDA_CHECK_LAUNCH();
+  hc_collapse_kernel<<<dim3(static_cast<unsigned>(n), blocks_for(d)), kThreads, 0, stream>>>(streams, rows, pre, y, hc,
+                                                                                           d);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
@@ -605,7 +614,7 @@ void indexer_topk(const float* q, const float* head_w, const EntryTable& entries
                   int32_t* pick_count, cudaStream_t stream) {
   if (rows.rows == 0) return;
   if (topk >= kTile) fail("indexer: index_topk ", topk, " needs a selection tile above ", kTile);
-  const size_t shared = static_cast<size_t>(heads * head_dim) * sizeof(float);
+  const size_t shared = static_cast<size_t>(heads * head_dim + heads) * sizeof(float);
   if (shared > 48 * 1024)
     STRATA_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(shared)));

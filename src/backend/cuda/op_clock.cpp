@@ -1,0 +1,69 @@
+#include "backend/cuda/op_clock.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace strata::cuda {
+
+OpClock::~OpClock() {
+  if (on_ && !totals_.empty()) std::fprintf(stderr, "%s", report().c_str());
+  for (cudaEvent_t e : pool_) cudaEventDestroy(e);
+}
+
+cudaEvent_t OpClock::event() {
+  if (pool_used_ == pool_.size()) {
+    cudaEvent_t e;
+    STRATA_CUDA_CHECK(cudaEventCreate(&e));
+    pool_.push_back(e);
+  }
+  return pool_[pool_used_++];
+}
+
+OpClock::Scope::Scope(OpClock* clock, const char* op, int64_t rows, cudaStream_t stream)
+    : clock_(clock && clock->on_ ? clock : nullptr), stream_(stream) {
+  if (!clock_) return;
+  mark_ = clock_->marks_.size();
+  const std::string kind = rows > kDecodeRows ? "prefill" : "decode " + std::to_string(rows) + " rows";
+  clock_->marks_.push_back({kind + ": " + op, clock_->event(), nullptr});
+  STRATA_CUDA_CHECK(cudaEventRecord(clock_->marks_[mark_].start, stream_));
+}
+
+OpClock::Scope::~Scope() {
+  if (!clock_) return;
+  clock_->marks_[mark_].stop = clock_->event();
+  cudaEventRecord(clock_->marks_[mark_].stop, stream_);  // no throw from a destructor; collect() checks
+}
+
+void OpClock::collect() {
+  if (!on_) return;
+  for (const Mark& m : marks_) {
+    float ms = 0.0f;
+    STRATA_CUDA_CHECK(cudaEventElapsedTime(&ms, m.start, m.stop));
+    auto& [calls, total] = totals_[m.op];
+    calls += 1;
+    total += ms;
+  }
+  marks_.clear();
+  pool_used_ = 0;
+}
+
+std::string OpClock::report() const {
+  std::vector<std::pair<std::string, std::pair<int64_t, double>>> rows(totals_.begin(), totals_.end());
+  // Grouped by kind (the text before ':'), slowest op first within a kind.
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    const std::string ka = a.first.substr(0, a.first.find(':')), kb = b.first.substr(0, b.first.find(':'));
+    return ka != kb ? ka < kb : a.second.second > b.second.second;
+  });
+  std::string out = "CUDA op times (GPU time between events; STRATA_CUDA_OP_TIMES)\n";
+  char line[160];
+  for (const auto& [op, v] : rows) {
+    std::snprintf(line, sizeof line, "  %-36s %8lld calls %11.3f ms %9.1f us/call\n", op.c_str(),
+                  static_cast<long long>(v.first), v.second, 1000.0 * v.second / static_cast<double>(v.first));
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace strata::cuda
