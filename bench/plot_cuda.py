@@ -30,7 +30,7 @@ def title(run):
 def plot_pareto(run, path):
     fig, ax = plt.subplots(figsize=(7, 5))
     for i, ctx in enumerate(run["batched_decode"]):
-        rows = sorted(ctx["decode"], key=lambda r: r["batch"])
+        rows = sorted((r for r in ctx["decode"] if "error" not in r), key=lambda r: r["batch"])  # skip points that did not fit
         x = [r["tokens_per_s_per_user"] for r in rows]
         y = [r["tokens_per_s"] for r in rows]
         ax.plot(x, y, marker="o", label=f'context {ctx["context"]}')
@@ -60,7 +60,7 @@ def plot_floor(run, path):
     if decode:
         ax = axes.pop(0)
         for ctx in decode:
-            rows = sorted(ctx["decode"], key=lambda r: r["batch"])
+            rows = sorted((r for r in ctx["decode"] if "error" not in r), key=lambda r: r["batch"])
             ax.plot([r["batch"] for r in rows], [r["measured_over_floor"] for r in rows], marker="o",
                     label=f'context {ctx["context"]}')
         ax.set_xscale("log", base=2)

@@ -243,45 +243,54 @@ nlohmann::json batched_decode(const model::v4::Model& m, int64_t context, int64_
   const double prefill = seconds_since(p0);
   nlohmann::json rows = nlohmann::json::array();
   for (const int64_t batch : batches) {
-    model::v4::StatePoolLimits limits;
-    limits.max_sequences = batch;
-    limits.entry_pages = batch * m.pages_for_tokens(context + steps + 1);
-    model::v4::StatePool pool(m, limits);
-    std::vector<model::v4::SequenceChunk> chunks;
-    for (int64_t b = 0; b < batch; ++b) {
-      model::v4::SequenceState* s = pool.acquire();
-      if (!m.copy_state(source, *s)) fail("bench: no room to fork ", batch, " sequences of ", context, " tokens");
-      chunks.push_back({{static_cast<int32_t>((b * 104729 + 1) % vocab)}, s, false});
-    }
-    std::vector<double> step_s;
-    FloorSum floor;
-    for (int64_t i = 0; i <= steps; ++i) {  // the first step is a warm-up
-      for (auto& ch : chunks)
-        if (!pool.reserve(*ch.state, 1)) fail("bench: the pool ran out of pages");
-      const auto t0 = clock::now();
-      const std::vector<Mat> out = m.forward_batch(chunks);
-      const double dt = seconds_since(t0);
-      if (i > 0) {
-        step_s.push_back(dt);
-        if (ceilings) floor.add(m, std::vector<bench::SequenceStep>(chunks.size(), {context + i, 1}), *ceilings);
+    // A point that does not fit (device memory for the forks' state) is recorded, not fatal: the points already
+    // measured are kept, and larger batches at this context are skipped.
+    try {
+      model::v4::StatePoolLimits limits;
+      limits.max_sequences = batch;
+      limits.entry_pages = batch * m.pages_for_tokens(context + steps + 1);
+      model::v4::StatePool pool(m, limits);
+      std::vector<model::v4::SequenceChunk> chunks;
+      for (int64_t b = 0; b < batch; ++b) {
+        model::v4::SequenceState* s = pool.acquire();
+        if (!m.copy_state(source, *s)) fail("bench: no room to fork ", batch, " sequences of ", context, " tokens");
+        chunks.push_back({{static_cast<int32_t>((b * 104729 + 1) % vocab)}, s, false});
       }
-      // Pseudo-random next tokens, different per sequence and step: realistic routing whatever the weights.
-      for (size_t b = 0; b < chunks.size(); ++b)
-        chunks[b].tokens = {static_cast<int32_t>((static_cast<int64_t>(b) * 104729 + (i + 1) * 7919 + 1) % vocab)};
+      std::vector<double> step_s;
+      FloorSum floor;
+      for (int64_t i = 0; i <= steps; ++i) {  // the first step is a warm-up
+        for (auto& ch : chunks)
+          if (!pool.reserve(*ch.state, 1)) fail("bench: the pool ran out of pages");
+        const auto t0 = clock::now();
+        const std::vector<Mat> out = m.forward_batch(chunks);
+        const double dt = seconds_since(t0);
+        if (i > 0) {
+          step_s.push_back(dt);
+          if (ceilings) floor.add(m, std::vector<bench::SequenceStep>(chunks.size(), {context + i, 1}), *ceilings);
+        }
+        // Pseudo-random next tokens, different per sequence and step: realistic routing whatever the weights.
+        for (size_t b = 0; b < chunks.size(); ++b)
+          chunks[b].tokens = {static_cast<int32_t>((static_cast<int64_t>(b) * 104729 + (i + 1) * 7919 + 1) % vocab)};
+      }
+      const double step = median(step_s);
+      nlohmann::json row = {{"context", context},
+                            {"batch", batch},
+                            {"steps", steps},
+                            {"step_ms_median", 1000.0 * step},
+                            {"tokens_per_s", static_cast<double>(batch) / step},
+                            {"tokens_per_s_per_user", 1.0 / step}};
+      if (ceilings) floor.write(row, static_cast<double>(floor.steps), step);
+      std::fprintf(stderr, "context %lld batch %lld: %.3f ms/step, %.1f tokens/s", static_cast<long long>(context),
+                   static_cast<long long>(batch), 1000.0 * step, static_cast<double>(batch) / step);
+      if (ceilings) std::fprintf(stderr, ", %.2f× the floor", row["measured_over_floor"].get<double>());
+      std::fputc('\n', stderr);
+      rows.push_back(row);
+} catch (const std::exception& e) {
+      std::fprintf(stderr, "context %lld batch %lld: %s (larger batches skipped)\n", static_cast<long long>(context),
+                   static_cast<long long>(batch), e.what());
+      rows.push_back({{"context", context}, {"batch", batch}, {"error", e.what()}});
+      break;
     }
-    const double step = median(step_s);
-    nlohmann::json row = {{"context", context},
-                          {"batch", batch},
-                          {"steps", steps},
-                          {"step_ms_median", 1000.0 * step},
-                          {"tokens_per_s", static_cast<double>(batch) / step},
-                          {"tokens_per_s_per_user", 1.0 / step}};
-    if (ceilings) floor.write(row, static_cast<double>(floor.steps), step);
-    std::fprintf(stderr, "context %lld batch %lld: %.3f ms/step, %.1f tokens/s", static_cast<long long>(context),
-                 static_cast<long long>(batch), 1000.0 * step, static_cast<double>(batch) / step);
-    if (ceilings) std::fprintf(stderr, ", %.2f× the floor", row["measured_over_floor"].get<double>());
-    std::fputc('\n', stderr);
-    rows.push_back(row);
   }
   return {{"context", context}, {"prefill_seconds", prefill}, {"decode", rows}};
 }
