@@ -29,7 +29,7 @@ def title(run):
 
 def plot_pareto(run, path):
     fig, ax = plt.subplots(figsize=(7, 5))
-    for i, ctx in enumerate(run["batched_decode"]):
+    for i, ctx in enumerate(c for c in run["batched_decode"] if c["decode"] and "error" not in c["decode"][0]):
         rows = sorted((r for r in ctx["decode"] if "error" not in r), key=lambda r: r["batch"])  # skip points that did not fit
         x = [r["tokens_per_s_per_user"] for r in rows]
         y = [r["tokens_per_s"] for r in rows]
@@ -50,7 +50,7 @@ def plot_pareto(run, path):
 
 
 def plot_floor(run, path):
-    decode = [ctx for ctx in run.get("batched_decode", []) if "measured_over_floor" in ctx["decode"][0]]
+    decode = [ctx for ctx in run.get("batched_decode", []) if ctx["decode"] and "measured_over_floor" in ctx["decode"][0]]
     prefill = [r for r in run.get("prefill_lengths", []) if "measured_over_floor" in r]
     panels = [p for p in (decode, prefill) if p]
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)

@@ -442,7 +442,12 @@ int bench_command(const std::vector<std::string>& argv) {
     const int64_t chunk = args.integer("chunk", 4096);
     j["batched_decode"] = nlohmann::json::array();
     for (const int64_t context : contexts)
-      j["batched_decode"].push_back(batched_decode(m, context, chunk, batches, decode, ceilings));
+      try {  // a context whose prefill does not fit is recorded like a batch that does not
+        j["batched_decode"].push_back(batched_decode(m, context, chunk, batches, decode, ceilings));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "context %lld: %s\n", static_cast<long long>(context), e.what());
+        j["batched_decode"].push_back({{"context", context}, {"error", e.what()}, {"decode", nlohmann::json::array()}});
+      }
   }
   const std::string text = j.dump(2) + "\n";
   if (args.has("out")) {
