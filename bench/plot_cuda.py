@@ -23,6 +23,9 @@ def title(run):
     model = f'{c.get("model", "?")}, {c.get("num_hidden_layers", "?")} layers'
     if "dtype" in c:
         model += f', {c["dtype"]} weights'
+        per_param = d.get("weight_bytes_per_param")
+        if per_param:  # what the device actually stores may differ from what was generated
+            model += f' ({ {1.0: "fp8", 2.0: "bf16", 4.0: "fp32"}.get(per_param, f"{per_param} B/param") } on the device)'
     device = d.get("gpu") or d.get("cpu", "?")
     return f'{model} on {device} ({run.get("date", "")[:10]}, {str(run.get("commit", ""))[:8]})'
 
