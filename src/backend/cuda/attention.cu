@@ -12,6 +12,34 @@ namespace {
 
 constexpr int kThreads = 128;
 
+// Over the block: m = max(m0, logits[0, n)), then logits[j] ← exp(logits[j] − m); returns {m, Σ logits}. The
+// softmax of both attention kernels (the one-pass one starts from the sink, a split part from −∞).
+__device__ float2 exp_and_sum(float* logits, int n, float m0) {
+  __shared__ float partial[kThreads / 32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  float m = m0;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, logits[j]);
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (lane == 0) partial[warp] = m;
+  __syncthreads();
+  m = partial[0];
+  for (int w = 1; w < warps; ++w) m = fmaxf(m, partial[w]);
+  __syncthreads();  // everyone has read `partial` before it is reused
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    const float e = expf(logits[j] - m);
+    logits[j] = e;
+    sum += e;
+  }
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane == 0) partial[warp] = sum;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < warps; ++w) total += partial[w];
+  __syncthreads();
+  return make_float2(m, total);
+}
+
 __global__ void sparse_attention_kernel(const float* q, const float* const* keys, const int32_t* key_count,
                                         int64_t max_keys, const float* sinks, float* out, int64_t heads,
                                         int64_t head_dim, float scale) {
@@ -35,27 +63,9 @@ __global__ void sparse_attention_kernel(const float* q, const float* const* keys
   }
   __syncthreads();
 
-  // Softmax over the logits and the sink: block-wide max, then block-wide sum (warp shuffles, then across warps).
-  __shared__ float partial[kThreads / 32];
-  float m = sinks[head];
-  for (int j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, logits[j]);
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if (lane == 0) partial[warp] = m;
-  __syncthreads();
-  m = partial[0];
-  for (int w = 1; w < warps; ++w) m = fmaxf(m, partial[w]);
-  __syncthreads();  // everyone has read `partial` before it is reused
-  float sum = 0.0f;
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
-    const float e = expf(logits[j] - m);
-    logits[j] = e;
-    sum += e;
-  }
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  if (lane == 0) partial[warp] = sum;
-  __syncthreads();
-  float denom = expf(sinks[head] - m);
-  for (int w = 0; w < warps; ++w) denom += partial[w];
+  // Softmax over the logits and the sink (which takes mass but adds no value).
+  const float2 stats = exp_and_sum(logits, n, sinks[head]);
+  const float denom = expf(sinks[head] - stats.x) + stats.y;
   for (int j = threadIdx.x; j < n; j += blockDim.x) logits[j] /= denom;
   __syncthreads();
 
@@ -80,7 +90,6 @@ __global__ void attention_split_kernel(const float* q, const float* const* keys,
   float4* qs = shared4;                                               // [head_dim / 4]
   float* logits = reinterpret_cast<float*>(shared4 + head_dim / 4);  // [kSplitKeys]
   __shared__ const float4* kp[kSplitKeys];                            // this part's key rows
-  __shared__ float partial[kThreads / 32];
   const int64_t rh = blockIdx.x, row = rh / heads, part = rh * gridDim.y + blockIdx.y, d4 = head_dim / 4;
   const float* const* row_keys = keys + row * max_keys;
   const int n = key_count[row];
@@ -108,29 +117,8 @@ __global__ void attention_split_kernel(const float* q, const float* const* keys,
     if (lane == 0) logits[j] = acc * scale;
   }
   __syncthreads();
-  float m = -FLT_MAX;
-  for (int j = threadIdx.x; j < j1 - j0; j += blockDim.x) m = fmaxf(m, logits[j]);
-  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  if (lane == 0) partial[warp] = m;
-  __syncthreads();
-  m = partial[0];
-  for (int w = 1; w < warps; ++w) m = fmaxf(m, partial[w]);
-  __syncthreads();
-  float sum = 0.0f;
-  for (int j = threadIdx.x; j < j1 - j0; j += blockDim.x) {
-    const float e = expf(logits[j] - m);
-    logits[j] = e;
-    sum += e;
-  }
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (lane == 0) partial[warp] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float total = 0.0f;
-    for (int w = 0; w < warps; ++w) total += partial[w];
-    part_stats[2 * part] = m;
-    part_stats[2 * part + 1] = total;
-  }
+  const float2 stats = exp_and_sum(logits, j1 - j0, -FLT_MAX);
+  if (threadIdx.x == 0) part_stats[2 * part] = stats.x, part_stats[2 * part + 1] = stats.y;
   // Σ p_j · k_j: each thread a 16-byte column vector, four keys' loads in flight at a time.
   const int count = j1 - j0;
   for (int64_t c = threadIdx.x; c < d4; c += blockDim.x) {

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm_element.cuh"
 #include "backend/cuda/gemv.h"
 
 namespace strata::cuda {
@@ -14,8 +15,6 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kUnroll = 4;
 
-__device__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ float to_float(float v) { return v; }
 
 template <typename T, int M>
 __global__ void gemv_kernel(const T* x, int64_t ldx, int64_t stride_x, const T* w, int64_t ldw, int64_t stride_w,

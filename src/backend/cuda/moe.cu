@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm_element.cuh"
 #include "backend/cuda/moe.h"
 
 namespace strata::cuda {
@@ -60,14 +61,6 @@ __global__ void moe_plan_kernel(const int32_t* ids, const float* weights, int ro
   }
 }
 
-__device__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ float to_float(float v) { return v; }
-template <typename T>
-__device__ T from_float(float v);
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
-template <>
-__device__ float from_float<float>(float v) { return v; }
 
 // Tokens of one expert staged in shared memory at a time: 32 KiB of operands at hidden 4096.
 template <typename T>

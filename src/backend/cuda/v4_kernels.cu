@@ -3,6 +3,7 @@
 #include <cfloat>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm_element.cuh"
 #include "backend/cuda/v4_kernels.h"
 
 namespace strata::cuda {
@@ -38,15 +39,6 @@ __device__ const float* entry_address(const EntryTable& t, int64_t chunk, int64_
   return t.arena + static_cast<int64_t>(page) * t.page_floats + (n % t.per_page) * t.dim;
 }
 
-// GEMM operand elements: bf16 (rounded to nearest even) or fp32.
-template <typename T>
-__device__ T from_float(float v);
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
-template <>
-__device__ float from_float<float>(float v) { return v; }
-__device__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ float to_float(float v) { return v; }
 
 template <typename T>
 __global__ void to_gemm_input_kernel(const float* x, T* y, int64_t n) {
