@@ -44,6 +44,7 @@ void Engine::add_request(const std::string& request_id, std::vector<int32_t> pro
     s->prompt = prompt;
     s->params = params;
     s->seed = seed + static_cast<uint64_t>(i);
+    s->history = TokenHistory(params.uses_history());
     s->history.add_prompt(s->prompt);
     s->arrival = std::chrono::steady_clock::now();
     Sequence& ref = *s;

@@ -4,11 +4,16 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/error.h"
+
 namespace strata::engine {
 
-void TokenHistory::add_prompt(std::span<const int32_t> ids) { seen_.insert(ids.begin(), ids.end()); }
+void TokenHistory::add_prompt(std::span<const int32_t> ids) {
+  if (tracked_) seen_.insert(ids.begin(), ids.end());
+}
 
 void TokenHistory::add_output(int32_t id) {
+  if (!tracked_) return;
   seen_.insert(id);
   ++output_counts_[id];
 }
@@ -101,6 +106,7 @@ class CandidateOrder {
 
 SampledToken sample_token(std::span<const float> logits, const SamplingParams& p, const TokenHistory& history,
                           uint64_t seed, uint64_t step) {
+  if (p.uses_history() && !history.tracked()) fail("sample_token: penalties asked of an untracked token history");
   std::vector<float> work(logits.begin(), logits.end());
   if (p.repetition_penalty != 1.0) {
     const auto rp = static_cast<float>(p.repetition_penalty);

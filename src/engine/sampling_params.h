@@ -26,6 +26,10 @@ struct SamplingParams {
   // Throws strata::Error naming the first invalid parameter, e.g. "top_p: expected a number in (0, 1], found 0".
   void validate(int64_t vocab_size) const;
   bool greedy() const { return temperature == 0.0; }
+  // Whether any penalty reads the sequence's token history (without one, the history need not be kept).
+  bool uses_history() const {
+    return repetition_penalty != 1.0 || presence_penalty != 0.0 || frequency_penalty != 0.0;
+  }
 };
 
 }  // namespace strata::engine

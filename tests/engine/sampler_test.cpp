@@ -94,6 +94,22 @@ TEST(Sampler, PenaltiesFollowVllmSemantics) {
   EXPECT_EQ(draw(p, 0, 0, prompt_only).id, 1);
 }
 
+TEST(Sampler, HistoryIsKeptOnlyForPenalties) {
+  SamplingParams p;
+  EXPECT_FALSE(p.uses_history());
+  TokenHistory untracked(p.uses_history());
+  const int32_t prompt[] = {1, 3};
+  untracked.add_prompt(prompt);
+  untracked.add_output(1);
+  EXPECT_TRUE(untracked.seen().empty());
+  EXPECT_TRUE(untracked.output_counts().empty());
+  p.temperature = 0;
+  EXPECT_EQ(draw(p, 0, 0, untracked).id, 1);  // no penalty: the untracked history is never read
+  p.presence_penalty = 0.5;
+  EXPECT_TRUE(p.uses_history());
+  EXPECT_THROW(draw(p, 0, 0, untracked), strata::Error);  // a penalty would silently see nothing: refused
+}
+
 TEST(Sampler, LogprobsAreRawLogSoftmax) {
   SamplingParams p;
   p.temperature = 0;
