@@ -2,7 +2,7 @@
 
 #include <variant>
 
-#include "text/chat_encoding.h"
+#include "server/request_prompts.h"
 #include "text/tokenizer.h"
 
 namespace strata::cli {
@@ -60,62 +60,14 @@ std::pair<server::Endpoint, ojson> split_line(ojson& line) {
   return {endpoint, std::move(body)};
 }
 
-// Tokenizes the prompts and applies the server's context rules (Server::prepare does the same for HTTP bodies).
+// Tokenizes the prompts under the server's own rules (server/request_prompts.h), without streaming.
 void tokenize(OfflineRequest& out, const text::Tokenizer& tokenizer, const OfflineLimits& limits) {
-  server::CompletionRequest& r = out.request;
-  const bool chat = r.endpoint == server::Endpoint::kChatCompletions;
-  if (!r.model.empty() && r.model != limits.served_model_name)
-    throw RequestError(404, "model",
-                       cat("the model '", r.model, "' does not exist (this server serves '", limits.served_model_name, "')"),
-                       "invalid_request_error", "model_not_found");
-  if (r.stream) throw bad_line("stream", "stream: offline mode writes whole responses; leave stream out or false");
-  if (chat) {
-    std::vector<text::PromptPiece> pieces;
-    try {
-      pieces = text::encode_chat_v4(r.chat);
-    } catch (const Error& e) {
-      throw server::as_request_error(e);
-    }
-    out.prompts.push_back(text::prompt_ids(tokenizer, pieces));
-  } else {
-    for (size_t p = 0; p < r.prompts.size(); ++p) {
-      const std::string name = r.prompts.size() > 1 ? cat("prompt[", p, "]") : "prompt";
-      if (const auto* prompt_text = std::get_if<std::string>(&r.prompts[p])) {
-        try {
-          out.prompts.push_back(tokenizer.encode(*prompt_text, /*parse_special=*/true,
-                                                 /*add_bos=*/r.add_special_tokens && tokenizer.add_bos()));
-        } catch (const Error& e) {
-          throw RequestError(400, name, cat(name, ": ", e.what()));
-        }
-        if (r.echo) out.echo.push_back(*prompt_text);
-      } else {
-        const auto& ids = std::get<std::vector<int32_t>>(r.prompts[p]);
-        for (int32_t id : ids)
-          if (id >= limits.protocol.vocab_size)
-            throw RequestError(400, name, cat(name, ": token id ", id, " is outside the vocabulary [0, ",
-                                              limits.protocol.vocab_size, ")"));
-        out.prompts.push_back(ids);
-        if (r.echo) out.echo.push_back(tokenizer.decode(ids, r.skip_special_tokens));
-      }
-    }
-  }
-  const int64_t context = limits.max_model_len;
-  const std::string prompt_param = chat ? "messages" : "prompt";
-  for (size_t p = 0; p < out.prompts.size(); ++p) {
-    const auto length = static_cast<int64_t>(out.prompts[p].size());
-    const std::string name = !chat && out.prompts.size() > 1 ? cat("prompt[", p, "]") : prompt_param;
-    if (length == 0) throw bad_line(name, cat(name, ": the prompt is empty"));
-    if (length >= context)
-      throw bad_line(name, cat(name, ": the prompt has ", length, " tokens, which leaves no room in the context of ",
-                               context, " tokens (--max-model-len)"));
-    if (r.max_tokens_given && length + r.sampling.max_tokens > context)
-      throw bad_line(r.max_tokens_param,
-                     cat(r.max_tokens_param, ": the prompt has ", length, " tokens and the context is ", context,
-                         " tokens, so at most ", context - length, " can be generated; found ", r.sampling.max_tokens));
-    // Unset: chat generates until the context is full (as vLLM does); completions default to 16 (OpenAI).
-    out.max_tokens.push_back(r.max_tokens_given ? r.sampling.max_tokens
-                                                : chat ? context - length : std::min<int64_t>(16, context - length));
-  }
+  server::TokenizedPrompts tokenized = server::tokenize_prompts(
+      out.request, tokenizer,
+      {limits.max_model_len, limits.protocol.vocab_size, limits.served_model_name, /*streaming=*/false});
+  out.prompts = std::move(tokenized.prompts);
+  out.max_tokens = std::move(tokenized.max_tokens);
+  out.echo = std::move(tokenized.echo);
 }
 
 }  // namespace

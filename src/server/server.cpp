@@ -6,6 +6,7 @@
 #include <variant>
 
 #include "server/completion_stream.h"
+#include "server/request_prompts.h"
 #include "text/chat_encoding.h"
 #include "text/tokenizer.h"
 
@@ -227,64 +228,14 @@ void Server::prepare(std::shared_ptr<HttpExchange> exchange, Endpoint endpoint, 
   auto prepared = std::make_shared<Prepared>();
   prepared->exchange = exchange;
   prepared->arrival = arrival;
-  const bool chat = endpoint == Endpoint::kChatCompletions;
-  const std::string prompt_param = chat ? "messages" : "prompt";
   std::optional<RequestError> error;
   try {
     prepared->request = parse_completion_request(endpoint, exchange->request().body, cfg_.limits);
-    CompletionRequest& r = prepared->request;
-    if (!r.model.empty() && r.model != cfg_.served_model_name)
-      throw RequestError(404, "model", cat("the model '", r.model, "' does not exist (this server serves '",
-                                           cfg_.served_model_name, "')"),
-                         "invalid_request_error", "model_not_found");
-    if (chat) {
-      std::vector<text::PromptPiece> pieces;
-      try {
-        pieces = text::encode_chat_v4(r.chat);
-      } catch (const Error& e) {
-        throw as_request_error(e);
-      }
-      prepared->prompts.push_back(text::prompt_ids(tokenizer_, pieces));  // an Error here is the server's (500)
-    } else {
-      for (size_t p = 0; p < r.prompts.size(); ++p) {
-        const std::string name = r.prompts.size() > 1 ? cat("prompt[", p, "]") : "prompt";
-        if (const auto* text = std::get_if<std::string>(&r.prompts[p])) {
-          // Completions prompts are raw model input: special-token spellings become those tokens and the BOS is
-          // added, as HF's tokenizer(prompt) and vLLM do.
-          try {
-            prepared->prompts.push_back(tokenizer_.encode(*text, /*parse_special=*/true,
-                                                          /*add_bos=*/r.add_special_tokens && tokenizer_.add_bos()));
-          } catch (const Error& e) {
-            throw RequestError(400, name, cat(name, ": ", e.what()));
-          }
-          if (r.echo) prepared->echo.push_back(*text);
-        } else {
-          const auto& ids = std::get<std::vector<int32_t>>(r.prompts[p]);
-          for (int32_t id : ids)
-            if (id >= model_.config().vocab_size)
-              throw RequestError(400, name, cat(name, ": token id ", id, " is outside the vocabulary [0, ",
-                                                model_.config().vocab_size, ")"));
-          prepared->prompts.push_back(ids);
-          if (r.echo) prepared->echo.push_back(tokenizer_.decode(ids, r.skip_special_tokens));
-        }
-      }
-    }
-    const int64_t context = engine_config_.max_model_len;
-    for (size_t p = 0; p < prepared->prompts.size(); ++p) {
-      const auto length = static_cast<int64_t>(prepared->prompts[p].size());
-      const std::string name = !chat && prepared->prompts.size() > 1 ? cat("prompt[", p, "]") : prompt_param;
-      if (length == 0) throw RequestError(400, name, cat(name, ": the prompt is empty"));
-      if (length >= context)
-        throw RequestError(400, name, cat(name, ": the prompt has ", length, " tokens, which leaves no room in the context of ",
-                                          context, " tokens (--max-model-len)"));
-      if (r.max_tokens_given && length + r.sampling.max_tokens > context)
-        throw RequestError(400, r.max_tokens_param,
-                           cat(r.max_tokens_param, ": the prompt has ", length, " tokens and the context is ", context,
-                               " tokens, so at most ", context - length, " can be generated; found ", r.sampling.max_tokens));
-      // Unset: chat generates until the context is full (as vLLM does); completions default to 16 (OpenAI).
-      prepared->max_tokens.push_back(r.max_tokens_given ? r.sampling.max_tokens
-                                                        : chat ? context - length : std::min<int64_t>(16, context - length));
-    }
+    TokenizedPrompts tokenized = tokenize_prompts(
+        prepared->request, tokenizer_, {engine_config_.max_model_len, model_.config().vocab_size, cfg_.served_model_name});
+    prepared->prompts = std::move(tokenized.prompts);
+    prepared->max_tokens = std::move(tokenized.max_tokens);
+    prepared->echo = std::move(tokenized.echo);
   } catch (const RequestError& e) {
     error = e;
   } catch (const Error& e) {
