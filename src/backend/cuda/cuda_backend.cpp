@@ -219,6 +219,7 @@ static CompressorState& compressor_of(LayerState& ls, CompressorSlot slot) {
 
 void CudaBackend::begin_step(const Step& step) {
   if (step.rows.chunks() == 0) fail("CUDA forward: an empty batch");
+  const OpClock::Scope timed_op_(clock_, "begin_step (uploads)", step.rows.rows(), stream_);
   scratch_.reset();
   converted_.clear();
   rope_rows_.clear();
@@ -319,6 +320,7 @@ void CudaBackend::end_step(const Step& step) {
 }
 
 Mat CudaBackend::to_host(const Tensor& x) const {
+  const OpClock::Scope timed_op_(clock_, "to_host", rows_.rows, stream_);
   Mat m(x.rows, x.cols);
   STRATA_CUDA_CHECK(cudaMemcpyAsync(m.v.data(), x.data, m.v.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -28,10 +28,13 @@ OpClock::Scope::Scope(OpClock* clock, const char* op, int64_t rows, cudaStream_t
   const std::string kind = rows > kDecodeRows ? "prefill" : "decode " + std::to_string(rows) + " rows";
   clock_->marks_.push_back({kind + ": " + op, clock_->event(), nullptr});
   STRATA_CUDA_CHECK(cudaEventRecord(clock_->marks_[mark_].start, stream_));
+  host_start_ = std::chrono::steady_clock::now();
 }
 
 OpClock::Scope::~Scope() {
   if (!clock_) return;
+  clock_->marks_[mark_].host_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start_).count();
   clock_->marks_[mark_].stop = clock_->event();
   cudaEventRecord(clock_->marks_[mark_].stop, stream_);  // no throw from a destructor; collect() checks
 }
@@ -41,26 +44,29 @@ void OpClock::collect() {
   for (const Mark& m : marks_) {
     float ms = 0.0f;
     STRATA_CUDA_CHECK(cudaEventElapsedTime(&ms, m.start, m.stop));
-    auto& [calls, total] = totals_[m.op];
-    calls += 1;
-    total += ms;
+    Total& t = totals_[m.op];
+    t.calls += 1;
+    t.gpu_ms += ms;
+    t.host_ms += m.host_ms;
   }
   marks_.clear();
   pool_used_ = 0;
 }
 
 std::string OpClock::report() const {
-  std::vector<std::pair<std::string, std::pair<int64_t, double>>> rows(totals_.begin(), totals_.end());
+  std::vector<std::pair<std::string, Total>> rows(totals_.begin(), totals_.end());
   // Grouped by kind (the text before ':'), slowest op first within a kind.
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
     const std::string ka = a.first.substr(0, a.first.find(':')), kb = b.first.substr(0, b.first.find(':'));
-    return ka != kb ? ka < kb : a.second.second > b.second.second;
+    return ka != kb ? ka < kb : a.second.gpu_ms > b.second.gpu_ms;
   });
-  std::string out = "CUDA op times (GPU time between events; STRATA_CUDA_OP_TIMES)\n";
-  char line[160];
-  for (const auto& [op, v] : rows) {
-    std::snprintf(line, sizeof line, "  %-36s %8lld calls %11.3f ms %9.1f us/call\n", op.c_str(),
-                  static_cast<long long>(v.first), v.second, 1000.0 * v.second / static_cast<double>(v.first));
+  std::string out =
+      "CUDA op times (STRATA_CUDA_OP_TIMES): GPU time between the op's events, and the host's time inside the op\n";
+  char line[200];
+  for (const auto& [op, t] : rows) {
+    std::snprintf(line, sizeof line, "  %-36s %8lld calls  GPU %11.3f ms %9.1f us/call  host %9.3f ms\n", op.c_str(),
+                  static_cast<long long>(t.calls), t.gpu_ms, 1000.0 * t.gpu_ms / static_cast<double>(t.calls),
+                  t.host_ms);
     out += line;
   }
   return out;

@@ -1,10 +1,11 @@
 #pragma once
-// Where a CUDA forward spends its GPU time, op by op (STRATA_CUDA_OP_TIMES=1): CUDA events around each backend op,
-// read after the step's final synchronisation (no extra syncs), summed per op and reported when the model goes
-// away. Steps of more than kDecodeRows rows count as prefill, the others as decode by their row count, so one bench
+// Where a CUDA forward spends its time, op by op (STRATA_CUDA_OP_TIMES=1): CUDA events around each backend op,
+// read after the step's final synchronisation (no extra syncs), and the host's own time inside the op (launches,
+// uploads, waits), summed per op and reported when the model goes away. Steps of more than kDecodeRows rows count as prefill, the others as decode by their row count, so one bench
 // run separates them. Off by default: then a scope costs a branch.
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -32,6 +33,7 @@ class OpClock {
     OpClock* clock_;
     size_t mark_ = 0;
     cudaStream_t stream_;
+    std::chrono::steady_clock::time_point host_start_;
   };
 
   // After the stream has synchronised: the recorded ops' times go into the totals.
@@ -42,13 +44,18 @@ class OpClock {
   struct Mark {
     std::string op;
     cudaEvent_t start, stop;
+    double host_ms = 0;
   };
   cudaEvent_t event();
   bool on_;
   std::vector<cudaEvent_t> pool_;
   size_t pool_used_ = 0;
   std::vector<Mark> marks_;
-  std::map<std::string, std::pair<int64_t, double>> totals_;  // op → (calls, milliseconds)
+  struct Total {
+    int64_t calls = 0;
+    double gpu_ms = 0, host_ms = 0;
+  };
+  std::map<std::string, Total> totals_;
 };
 
 }  // namespace strata::cuda
