@@ -18,18 +18,6 @@ using namespace model::v4;
 
 Scratch::~Scratch() {
   for (Block& b : blocks_) cudaFree(b.data);
-  if (staging_) cudaFreeHost(staging_);
-}
-
-void* Scratch::host_staging(size_t n) {
-  if (n > staging_bytes_) {
-    if (staging_) STRATA_CUDA_CHECK(cudaFreeHost(staging_));
-    staging_ = nullptr;
-    staging_bytes_ = 0;
-    STRATA_CUDA_CHECK(cudaMallocHost(&staging_, n));
-    staging_bytes_ = n;
-  }
-  return staging_;
 }
 
 void* Scratch::bytes(size_t n) {
@@ -334,11 +322,8 @@ void CudaBackend::end_step(const Step& step) {
 Mat CudaBackend::to_host(const Tensor& x) const {
   const OpClock::Scope timed_op_(clock_, "to_host", rows_.rows, stream_);
   Mat m(x.rows, x.cols);
-  const size_t bytes = m.v.size() * sizeof(float);
-  void* staging = scratch_.host_staging(bytes);
-  STRATA_CUDA_CHECK(cudaMemcpyAsync(staging, x.data, bytes, cudaMemcpyDeviceToHost, stream_));
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(m.v.data(), x.data, m.v.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  std::memcpy(m.v.data(), staging, bytes);
   return m;
 }
 

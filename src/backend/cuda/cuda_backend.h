@@ -43,13 +43,8 @@ class Scratch {
     return static_cast<T*>(bytes(static_cast<size_t>(count) * sizeof(T)));
   }
   void reset();
-  // Pinned host memory of at least `n` bytes, kept between steps: results copied home through it move at the
-  // link's speed (pageable memory is staged by the driver at a fraction of it).
-  void* host_staging(size_t n);
 
  private:
-  void* staging_ = nullptr;
-  size_t staging_bytes_ = 0;
   struct Block {
     char* data = nullptr;
     size_t size = 0, used = 0;
