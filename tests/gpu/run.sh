@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Builds the CUDA backend on the GPU machine and checks it against the CPU reference: every op on fresh random
 # inputs (strata_gpu_checks), then the whole model (strata_gpu_model_check) on the transformers parity fixtures
-# and a random tiny preset. Usage (repo root, carrying .deps for nlohmann-json and PCRE2):
+# and a random tiny preset. Usage (repo root, carrying .deps/include, .deps/pcre2 and, for the server, .deps/debs —
+# all made by scripts/device_deps.sh):
 #   bash tests/gpu/run.sh [OUTDIR]
 set -euo pipefail
 out=${1:-/tmp}
+# Boost's headers travel as Debian's .deb (scripts/device_deps.sh): unpacked here, CMake finds them in .deps/boost
+# and builds the server (strata serve, strata bench serve) as well.
+for deb in .deps/debs/libboost*.deb; do
+  if [ -f "$deb" ] && [ ! -f .deps/boost/usr/include/boost/beast.hpp ]; then dpkg -x "$deb" .deps/boost; fi
+done
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_TESTS=OFF -DSTRATA_CUDA=on \
   -DSTRATA_CUDA_ARCHITECTURES=90a > "$out/gpu_cmake.log" 2>&1 || { tail -30 "$out/gpu_cmake.log"; exit 1; }
 ninja -C build-gpu strata strata_gpu_checks strata_gpu_model_check > "$out/gpu_build.log" 2>&1 || { tail -60 "$out/gpu_build.log"; exit 1; }
