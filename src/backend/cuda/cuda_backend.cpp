@@ -202,6 +202,10 @@ CudaBackend::CudaBackend(const DeviceWeights& weights, Gemm& gemm, Scratch& scra
       stream_(stream),
       clock_(clock) {}
 
+// Steps of at most this many query rows (decode) split each query's keys over blocks: few queries would leave the
+// GPU idle, and the split's scratch (rows · heads · parts · head_dim) stays small. Larger steps have blocks enough.
+constexpr int64_t kSplitKeysMaxRows = 256;
+
 // Times the enclosing op when STRATA_CUDA_OP_TIMES is set (op_clock.h).
 #define STRATA_TIMED_OP(name) const OpClock::Scope timed_op_(clock_, name, rows_.rows, stream_)
 
@@ -503,7 +507,7 @@ CudaBackend::Tensor CudaBackend::sparse_attention(const Tensor& q, const Tensor&
                  max_keys, keys, key_count, stream_);
   Tensor out = tensor(n, heads * hd);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  if (n <= OpClock::kDecodeRows)  // few queries: split each one's keys over blocks
+  if (n <= kSplitKeysMaxRows)
     sparse_attention_split(q.data, keys, key_count, max_keys, weights_.vec(sinks), out.data, n, heads, hd, scale,
                            scratch_.alloc<float>(attention_split_floats(n, heads, hd, max_keys)), stream_);
   else
