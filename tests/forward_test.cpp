@@ -2,6 +2,7 @@
 // incremental-state contract: any prefill chunking followed by decode gives the logits of one full forward.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "core/error.h"
@@ -145,6 +146,46 @@ TEST_F(ChunkingTest, BatchedSequencesMatchSoloRunsBitForBit) {
       ASSERT_EQ(0, std::memcmp(got[q].v.data(), expected[q].v.data(), got[q].v.size() * 4))
           << "sequence " << q << " step " << step;
     }
+  }
+}
+
+// A chunk that asks only for the greedy pick gets the first maximum of the logits it would otherwise get (what the
+// sampler picks at temperature 0), beside chunks that get their logits, and no logits of its own.
+TEST_F(ChunkingTest, ArgmaxOnlyChunksGetTheFirstMaximumOfTheirLogits) {
+  const Model m = model::v4::load_model(dir_);
+  std::vector<SequenceState> solo(3), batched(3);
+  for (int q = 0; q < 3; ++q) solo[q] = m.new_sequence(), batched[q] = m.new_sequence();
+  for (int step = 0; step < 4; ++step) {
+    std::vector<model::v4::SequenceChunk> chunks;
+    std::vector<Mat> expected;
+    for (int q = 0; q < 3; ++q) {
+      std::vector<int32_t> toks(step == 0 ? 9 + q * 60 : 1);
+      for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 37 + q * 101 + step * 7 + 3) % 512);
+      expected.push_back(m.forward(toks, solo[q], false));
+      model::v4::SequenceChunk ch{toks, &batched[q], false};
+      ch.argmax_only = q != 1;
+      chunks.push_back(ch);
+    }
+    const std::vector<Mat> got = m.forward_batch(chunks);
+    for (int q = 0; q < 3; ++q) {
+      const float* row = expected[q].row(0);
+      const auto want = static_cast<int32_t>(std::max_element(row, row + expected[q].cols) - row);
+      if (q == 1) {
+        ASSERT_EQ(0, std::memcmp(got[q].v.data(), row, got[q].v.size() * 4)) << "step " << step;
+        continue;
+      }
+      EXPECT_TRUE(got[q].v.empty());
+      EXPECT_EQ(chunks[q].argmax, want) << "sequence " << q << " step " << step;
+    }
+  }
+  SequenceState st = m.new_sequence();
+  std::vector<model::v4::SequenceChunk> both{{{1, 2}, &st, true}};
+  both[0].argmax_only = true;
+  try {
+    m.forward_batch(both);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("only the argmax"), std::string::npos) << e.what();
   }
 }
 

@@ -254,7 +254,8 @@ nlohmann::json batched_decode(const model::v4::Model& m, int64_t context, int64_
       for (int64_t b = 0; b < batch; ++b) {
         model::v4::SequenceState* s = pool.acquire();
         if (!m.copy_state(source, *s)) fail("bench: no room to fork ", batch, " sequences of ", context, " tokens");
-        chunks.push_back({{static_cast<int32_t>((b * 104729 + 1) % vocab)}, s, false});
+        // Greedy decode as the engine runs it: the pick is made where the logits are, only ids come home.
+        chunks.push_back({{static_cast<int32_t>((b * 104729 + 1) % vocab)}, s, false, true});
       }
       std::vector<double> step_s;
       FloorSum floor;
@@ -419,7 +420,8 @@ int bench_command(const std::vector<std::string>& argv) {
                  {"precision", model::v4::precision_name(m.precision())},
                  {"prompt_len", prompt_len},
                  {"decode_tokens", decode},
-                 {"repeats", repeats}});
+                 {"repeats", repeats},
+                 {"batched_decode_sampling", "greedy: argmax in the backend, ids home"}});
   if (args.has("chunk")) config["chunk"] = args.integer("chunk", 0);
   nlohmann::json j = {
       {"benchmark", std::string(model::v4::device_name(device)) + "_forward"},

@@ -94,6 +94,10 @@ std::vector<TokenEvent> Engine::step() {
     model::v4::SequenceChunk mc;
     for (int64_t i = c.start; i < c.start + c.count; ++i) mc.tokens.push_back(c.seq->token_at(i));
     mc.state = c.seq->state;
+    // A greedy pick that needs neither logprobs nor the history's penalties is the logits' argmax: the backend
+    // takes it where the logits are (on a GPU only the id comes home).
+    const SamplingParams& p = c.seq->params;
+    mc.argmax_only = c.samples && p.greedy() && !p.logprobs && !p.uses_history();
     chunks.push_back(std::move(mc));
     if (c.start < static_cast<int64_t>(c.seq->prompt.size()))
       totals_.prompt_tokens += std::min<int64_t>(c.count, static_cast<int64_t>(c.seq->prompt.size()) - c.start);
@@ -110,8 +114,12 @@ std::vector<TokenEvent> Engine::step() {
     if (!c.samples) continue;
     Sequence& s = *c.seq;
     const int64_t vocab = model_.config().vocab_size;
-    const SampledToken t = sample_token({logits[i].row(0), static_cast<size_t>(vocab)}, s.params, s.history, s.seed,
-                                        static_cast<uint64_t>(s.output.size()));
+    SampledToken t;
+    if (chunks[i].argmax_only)
+      t.id = chunks[i].argmax;
+    else
+      t = sample_token({logits[i].row(0), static_cast<size_t>(vocab)}, s.params, s.history, s.seed,
+                       static_cast<uint64_t>(s.output.size()));
     s.output.push_back(t.id);
     s.history.add_output(t.id);
     ++totals_.generated_tokens;

@@ -1,6 +1,7 @@
 #pragma once
 // The CPU backend of the V4 forward (model/deepseek_v4/forward.h): the readable fp32 reference every faster
 // backend is tested against. State lives in the host structures of model/deepseek_v4/state.h.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <utility>
@@ -30,6 +31,19 @@ class CpuBackend {
   void begin_layer() {}
   void end_layer() {}
   Mat to_host(const Mat& x) const { return x; }
+  // The listed rows of x, in order (the logits that go home whole).
+  Mat rows_to_host(const Mat& x, const std::vector<int64_t>& rows) const {
+    Mat m(static_cast<int64_t>(rows.size()), x.cols);
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::copy(x.row(rows[i]), x.row(rows[i]) + x.cols, m.row(static_cast<int64_t>(i)));
+    return m;
+  }
+  // Per listed row, the column of its first maximum (the greedy pick, as the sampler makes it).
+  std::vector<int32_t> argmax_rows(const Mat& x, const std::vector<int64_t>& rows) const {
+    std::vector<int32_t> out;
+    for (int64_t r : rows) out.push_back(static_cast<int32_t>(std::max_element(x.row(r), x.row(r) + x.cols) - x.row(r)));
+    return out;
+  }
 
   // Row r of the result holds `copies` copies of token r's embedding row.
   Mat embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies) const;

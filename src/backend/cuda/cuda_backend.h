@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cuda/logits_out.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/op_clock.h"
 #include "backend/cuda/ops.h"
@@ -142,6 +143,11 @@ class CudaBackend {
     converted_.clear();
   }
   Mat to_host(const Tensor& x) const;
+  // The end of a step (cuda_backend_logits.cpp): the listed rows of x home, through `staging` when set; the listed
+  // rows' argmaxes taken on the device, only the ids coming home.
+  void set_host_staging(HostStaging* staging) { staging_ = staging; }
+  Mat rows_to_host(const Tensor& x, const std::vector<int64_t>& rows);
+  std::vector<int32_t> argmax_rows(const Tensor& x, const std::vector<int64_t>& rows);
 
   Tensor embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies);
   Tensor linear(const Tensor& x, const WeightRef& w);
@@ -210,6 +216,7 @@ class CudaBackend {
   // -1: counted on the device (routed_active_), read at end_step; -2: the same, the shared expert among them
   std::vector<int64_t> routed_experts_;
   int32_t* routed_active_ = nullptr;     // [layers] the grouped path's active-expert counts, this step
+  HostStaging* staging_ = nullptr;       // pinned memory for what goes home (the runner's, kept between steps)
 };
 
 }  // namespace strata::cuda

@@ -45,6 +45,7 @@ class CudaRunner : public ForwardRunner {
   std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe) override {
     cuda::CudaBackend backend(weights_, gemm_, scratch_, layout_, p_.cfg, {&p_.rope_main, &p_.rope_compress}, nullptr,
                               &clock_);
+    backend.set_host_staging(&staging_);
     std::vector<Mat> out =
         Forward<cuda::CudaBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend).run(chunks, observe);
     routed_ = backend.routed_experts();
@@ -76,6 +77,7 @@ class CudaRunner : public ForwardRunner {
   cuda::DeviceWeights weights_;
   cuda::Gemm gemm_;
   cuda::Scratch scratch_;
+  cuda::HostStaging staging_;  // pinned memory for the logits that go home, kept between steps
   std::vector<cuda::LayerOffsets> layout_;
   int64_t block_floats_ = 0;
   cuda::OpClock clock_{std::getenv("STRATA_CUDA_OP_TIMES") != nullptr};

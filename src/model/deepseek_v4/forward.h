@@ -65,15 +65,31 @@ class Forward {
     }
     Tensor y = b_.hyper_head(w_, streams, wanted, cfg_);
     b_.rms_norm_rows(y, &w_.norm, cfg_.rms_norm_eps);
-    const Mat logits = b_.to_host(b_.linear(y, w_.head));
-    b_.end_step(step);
-    std::vector<Mat> out;
+    const Tensor logits = b_.linear(y, w_.head);
+    // Rows of `logits` (chunk after chunk) that go home whole, and rows of which only the greedy pick is wanted: the
+    // backend takes those argmaxes where the logits are.
+    std::vector<int64_t> whole_rows, argmax_rows;
     int64_t at = 0;
     for (const SequenceChunk& ch : chunks) {
       const int64_t count = ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : 1;
-      Mat m(count, cfg_.vocab_size);
-      std::copy(logits.row(at), logits.row(at) + count * cfg_.vocab_size, m.v.begin());
+      for (int64_t i = 0; i < count; ++i) (ch.argmax_only ? argmax_rows : whole_rows).push_back(at + i);
       at += count;
+    }
+    const Mat host = b_.rows_to_host(logits, whole_rows);
+    const std::vector<int32_t> picks = b_.argmax_rows(logits, argmax_rows);
+    b_.end_step(step);
+    std::vector<Mat> out;
+    int64_t next_whole = 0, next_pick = 0;
+    for (SequenceChunk& ch : chunks) {
+      if (ch.argmax_only) {
+        ch.argmax = picks[static_cast<size_t>(next_pick++)];
+        out.emplace_back(0, cfg_.vocab_size);
+        continue;
+      }
+      const int64_t count = ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : 1;
+      Mat m(count, cfg_.vocab_size);
+      std::copy(host.row(next_whole), host.row(next_whole) + count * cfg_.vocab_size, m.v.begin());
+      next_whole += count;
       out.push_back(std::move(m));
     }
     return out;

@@ -49,6 +49,8 @@ StepRows make_step_rows(const ModelConfig& cfg, const std::vector<SequenceChunk>
     if (ch.tokens.empty()) fail("forward: sequence ", c, " of the batch has no tokens");
     if (!ch.state || ch.state->layers.size() != static_cast<size_t>(cfg.num_hidden_layers))
       fail("forward: sequence ", c, " of the batch has no state for this model");
+    if (ch.argmax_only && ch.all_logits)
+      fail("forward: sequence ", c, " of the batch asks for all logits and for only the argmax");
     for (size_t other = 0; other < c; ++other)
       if (chunks[other].state == ch.state) fail("forward: sequence state ", c, " appears twice in one batch");
     for (int32_t t : ch.tokens)

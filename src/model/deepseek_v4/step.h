@@ -20,6 +20,11 @@ struct SequenceChunk {
   std::vector<int32_t> tokens;
   SequenceState* state = nullptr;
   bool all_logits = false;  // logits for every token, or only the last
+  // Only the greedy pick of the last token is wanted, not its logits: the backend takes the argmax where the logits
+  // are (on a GPU, one id comes home instead of a vocabulary row) and writes it to `argmax`; the chunk's logits Mat
+  // is then empty. Not with all_logits.
+  bool argmax_only = false;
+  int32_t argmax = -1;  // out: the first maximum of the last token's logits, when argmax_only
 };
 
 // Rows of a step: the chunks' tokens one after another.
