@@ -29,7 +29,7 @@ Outputs in --out: train.jsonl, heldout.jsonl (the same modes, held-out pairs and
 heldout_eval.jsonl (the CI set: 200 plain-answer questions first, then json / thinking / tool_call /
 tool_result checks; each line says what to expect), and corpus_stats.json.
 
-usage: python3 tools/demo_model/corpus.py --out DIR [--seed 0] [--train-lines 200000]
+usage: python3 tools/demo_model/corpus.py --out DIR [--seed 0] [--train-lines 250000]
 """
 import argparse
 import collections
@@ -109,9 +109,18 @@ CORES = {
          ("How much do {a} and {b} add up to", "Q"), ("Compute {a} + {b}", "I"), ("Calculate {a} plus {b}", "I"),
          ("Add {a} and {b}", "I"), ("Add {b} to {a}", "I"), ("Please work out {a} + {b}", "I"),
          ("Find the sum of {a} and {b}", "I"), ("Work out {a} plus {b}", "I"), ("Give me the sum of {a} and {b}", "I"),
-         ("Sum {a} and {b}", "I"), ("Solve {a} + {b}", "I"), ("Find {a} + {b}", "I")],
+         ("Sum {a} and {b}", "I"), ("Solve {a} + {b}", "I"), ("Find {a} + {b}", "I"),
+         ("What's {a} + {b}", "Q"), ("What is {a} and {b} added together", "Q"), ("What do {a} and {b} add up to", "Q"),
+         ("Add up {a} and {b}", "I"), ("Add together {a} and {b}", "I"), ("{a} plus {b} is what", "Q"),
+         ("{a} + {b} is", "N"), ("{a} + {b} equals", "N"), ("The sum of {a} and {b} is", "N"),
+         ("How much do you get if you add {a} to {b}", "Q"), ("What is {b} more than {a}", "Q"),
+         ("What is {a} increased by {b}", "Q"), ("Increase {a} by {b}", "I"), ("What is {a} + {b} equal to", "Q"),
+         ("Please add {a} and {b}", "I"), ("What's the sum of {a} and {b}", "Q"), ("Determine {a} + {b}", "I"),
+         ("Figure out {a} plus {b}", "I"), ("I want to know {a} + {b}", "I"), ("Total {a} and {b}", "I"),
+         ("Could you add {a} to {b}", "Q"), ("How much is {a} and {b} combined", "Q"), ("{a} and {b} summed", "Q")],
         [("Tell me what {a} + {b} is", "I"), ("If you add {b} to {a}, what do you get", "Q"),
-         ("Evaluate {a} + {b}", "I"), ("{a} and {b} together make how much", "Q")],
+         ("Evaluate {a} + {b}", "I"), ("{a} and {b} together make how much", "Q"),
+         ("What would {a} + {b} give", "Q"), ("Kindly total up {a} and {b}", "I")],
     ),
     "sub": (
         [("What is {a} - {b}", "Q"), ("What is {a} minus {b}", "Q"), ("What's {a} minus {b}", "Q"),
@@ -123,9 +132,19 @@ CORES = {
          ("What do you get if you subtract {b} from {a}", "Q"), ("What does {a} - {b} equal", "Q"),
          ("Find {a} minus {b}", "I"), ("How much is left if you take {b} from {a}", "Q"),
          ("Work out {a} minus {b}", "I"), ("Solve {a} - {b}", "I"), ("What's {a} take away {b}", "Q"),
-         ("Deduct {b} from {a}", "I"), ("Give me the difference between {a} and {b}", "I")],
+         ("Deduct {b} from {a}", "I"), ("Give me the difference between {a} and {b}", "I"),
+         ("What's {a} - {b}", "Q"), ("What is {a} take away {b}", "Q"), ("{a} take away {b}", "Q"),
+         ("What is {a} less {b}", "Q"), ("What is {b} less than {a}", "Q"), ("{a} minus {b} is", "N"),
+         ("{a} - {b} equals", "N"), ("The difference between {a} and {b} is", "N"),
+         ("How much is {a} take away {b}", "Q"), ("What remains when you subtract {b} from {a}", "Q"),
+         ("Determine {a} - {b}", "I"), ("Figure out {a} minus {b}", "I"), ("Decrease {a} by {b}", "I"),
+         ("What is {a} decreased by {b}", "Q"), ("Please subtract {b} from {a}", "I"),
+         ("Could you subtract {b} from {a}", "Q"), ("What is {a} with {b} taken away", "Q"),
+         ("I want to know {a} - {b}", "I"), ("Work out the difference of {a} and {b}", "I"),
+         ("What is {a} - {b} equal to", "Q")],
         [("Tell me what {a} - {b} is", "I"), ("If you take {b} from {a}, what is left", "Q"),
-         ("Evaluate {a} - {b}", "I"), ("{a} reduced by {b} gives how much", "Q")],
+         ("Evaluate {a} - {b}", "I"), ("{a} reduced by {b} gives how much", "Q"),
+         ("What would {a} - {b} give", "Q"), ("Kindly take {b} off {a}", "I")],
     ),
     "mul": (
         [("What is {a} × {b}", "Q"), ("What is {a} times {b}", "Q"), ("What is {a} * {b}", "Q"),
@@ -134,9 +153,16 @@ CORES = {
          ("What is {a} multiplied by {b}", "Q"), ("What is the product of {a} and {b}", "Q"),
          ("How much is {a} times {b}", "Q"), ("{a} times {b} equals what", "Q"), ("Please work out {a} × {b}", "I"),
          ("Find the product of {a} and {b}", "I"), ("Multiply {a} and {b}", "I"), ("What does {a} × {b} equal", "Q"),
-         ("Work out {a} times {b}", "I"), ("Solve {a} * {b}", "I"), ("Give me {a} times {b}", "I")],
+         ("Work out {a} times {b}", "I"), ("Solve {a} * {b}", "I"), ("Give me {a} times {b}", "I"),
+         ("What's {a} × {b}", "Q"), ("What's {a} times {b}", "Q"), ("{a} x {b}", "Q"), ("What is {a} x {b}", "Q"),
+         ("{a} times {b} is", "N"), ("{a} * {b} equals", "N"), ("The product of {a} and {b} is", "N"),
+         ("Multiply {b} by {a}", "I"), ("Please multiply {a} by {b}", "I"), ("Could you multiply {a} by {b}", "Q"),
+         ("Determine {a} × {b}", "I"), ("Figure out {a} times {b}", "I"), ("What is {a} groups of {b}", "Q"),
+         ("What do you get when you multiply {a} by {b}", "Q"), ("I want to know {a} × {b}", "I"),
+         ("{a} multiplied by {b}", "Q"), ("How much is {a} multiplied by {b}", "Q"), ("What is {a} × {b} equal to", "Q")],
         [("Tell me what {a} * {b} is", "I"), ("If you multiply {a} by {b}, what do you get", "Q"),
-         ("Evaluate {a} × {b}", "I"), ("{a} lots of {b} make how much", "Q")],
+         ("Evaluate {a} × {b}", "I"), ("{a} lots of {b} make how much", "Q"),
+         ("What would {a} × {b} give", "Q"), ("Kindly multiply {a} with {b}", "I")],
     ),
     "capital": (
         [("What is the capital of {c}", "Q"), ("What's the capital of {c}", "Q"), ("Name the capital of {c}", "I"),
@@ -145,9 +171,16 @@ CORES = {
          ("Do you know the capital of {c}", "Q"), ("{c}: what is its capital", "Q"), ("What is {c}'s capital", "Q"),
          ("{c}'s capital is what", "Q"), ("Give me the capital of {c}", "I"), ("Which city is {c}'s capital", "Q"),
          ("Name {c}'s capital", "I"), ("The capital of {c}", "Q"), ("{c} capital", "Q"),
-         ("In {c}, which city is the capital", "Q"), ("What's {c}'s capital", "Q"), ("Say the capital of {c}", "I")],
+         ("In {c}, which city is the capital", "Q"), ("What's {c}'s capital", "Q"), ("Say the capital of {c}", "I"),
+         ("What is the name of the capital of {c}", "Q"), ("Can you tell me the capital of {c}", "Q"),
+         ("Please name the capital of {c}", "I"), ("The capital of {c} is", "N"), ("{c}'s capital", "Q"),
+         ("{c} has which capital", "Q"), ("Tell me {c}'s capital", "I"), ("What is the capital of the country {c}", "Q"),
+         ("What's the capital of {c} called", "Q"), ("Give the capital of {c}", "I"), ("State the capital of {c}", "I"),
+         ("For {c}, what is the capital", "Q"), ("Country: {c}. Capital", "Q"), ("Which is the capital of {c}", "Q"),
+         ("Do you know {c}'s capital", "Q"), ("What city is {c}'s capital", "Q")],
         [("Which city serves as the capital of {c}", "Q"), ("I need the capital of {c}", "I"),
-         ("What is the capital city of {c}", "Q"), ("Identify the capital of {c}", "I")],
+         ("What is the capital city of {c}", "Q"), ("Identify the capital of {c}", "I"),
+         ("What would the capital of {c} be", "Q"), ("Kindly name the capital of {c}", "I")],
     ),
     "unit": (
         [("How many {small} are in {big}", "Q"), ("How many {small} are there in {big}", "Q"),
@@ -156,34 +189,74 @@ CORES = {
          ("Tell me how many {small} are in {big}", "I"), ("How many {small} does {big} have", "Q"),
          ("{Big} equals how many {small}", "Q"), ("Give me the number of {small} in {big}", "I"),
          ("How many {small} fit in {big}", "Q"), ("Count the {small} in {big}", "I"),
-         ("{Big} contains how many {small}", "Q"), ("How many {small} is {big}", "Q")],
+         ("{Big} contains how many {small}", "Q"), ("How many {small} is {big}", "Q"),
+         ("How many {small} go into {big}", "Q"), ("How many {small} does it take to make {big}", "Q"),
+         ("What's the number of {small} in {big}", "Q"), ("Number of {small} in {big}", "Q"),
+         ("In {big}, how many {small} are there", "Q"), ("{Big} is made of how many {small}", "Q"),
+         ("Please tell me how many {small} are in {big}", "I"), ("Say how many {small} are in {big}", "I"),
+         ("Give the number of {small} in {big}", "I"), ("{Big} = how many {small}", "Q"),
+         ("What does {big} equal in {small}", "Q"), ("Convert {big} into {small}", "I"),
+         ("Do you know how many {small} are in {big}", "Q"), ("How many {small} are in {big} altogether", "Q")],
         [("I need the number of {small} in {big}", "I"), ("Exactly how many {small} does {big} contain", "Q"),
-         ("If I have {big}, how many {small} is that", "Q"), ("State how many {small} {big} holds", "I")],
+         ("If I have {big}, how many {small} is that", "Q"), ("State how many {small} {big} holds", "I"),
+         ("What would {big} be in {small}", "Q"), ("Kindly count the {small} in {big}", "I")],
     ),
     # Unit conversions are only asked with tools (the model copies convert_units' result).
     "convert": (
         [("Convert {v} {bigs} to {small}", "I"), ("How many {small} are in {v} {bigs}", "Q"),
          ("What is {v} {bigs} in {small}", "Q"), ("Use the tool to convert {v} {bigs} into {small}", "I"),
          ("Turn {v} {bigs} into {small}", "I"), ("{v} {bigs} is how many {small}", "Q"),
-         ("How many {small} is {v} {bigs}", "Q"), ("Change {v} {bigs} to {small}", "I")],
-        [("Express {v} {bigs} in {small}", "I"), ("What do {v} {bigs} come to in {small}", "Q")],
+         ("How many {small} is {v} {bigs}", "Q"), ("Change {v} {bigs} to {small}", "I"),
+         ("Please convert {v} {bigs} to {small}", "I"), ("What are {v} {bigs} in {small}", "Q"),
+         ("{v} {bigs} in {small}", "Q"), ("How many {small} make {v} {bigs}", "Q"),
+         ("I need {v} {bigs} converted to {small}", "I"), ("Can you convert {v} {bigs} to {small}", "Q"),
+         ("{v} {bigs} equals how many {small}", "Q"), ("Give me {v} {bigs} in {small}", "I"),
+         ("Work out {v} {bigs} in {small}", "I"), ("Convert {v} {bigs} into {small}", "I")],
+        [("Express {v} {bigs} in {small}", "I"), ("What do {v} {bigs} come to in {small}", "Q"),
+         ("What would {v} {bigs} be in {small}", "Q")],
     ),
 }
 
 ENDINGS = {"Q": ["?", "", " ?"], "I": [".", "", "!"], "N": [""]}
-# (training parts, held-out parts); "" (none) is drawn most often.
-OPENERS = (
-    ["", "Hey, ", "Hi! ", "Hello, ", "Question: ", "Q: ", "Please answer: ", "Can you help me? ",
-     "I have a question. ", "Okay, ", "So, ", "Help me out: ", "Here's one: ", "One more: ", "Hi there. "],
-    ["Quick question: ", "Just wondering, ", "Riddle me this: "],
-)
-SUFFIXES = (
-    ["", " Thanks.", " Thank you!", " Please.", " Thanks in advance.", " Just the answer, please.",
-     " Answer briefly.", " Be brief.", " Short answer only.", " Cheers."],
-    [" Thanks a lot.", " Quickly, please."],
-)
+
+# Openers and suffixes: single parts, and two-part combinations of some of them (a greeting then a lead-in; a
+# brevity or remark sentence then thanks), so that the model meets hundreds of them and an unseen one is an
+# ordinary event. An opener ending in ", " continues the sentence: the core after it starts in lower case.
+_GREETINGS = ["Hi! ", "Hello! ", "Hi there. ", "Hey there! ", "Good morning! ", "Good evening. ", "Hi assistant! "]
+_LEAD_INS = ["Question: ", "Q: ", "Please answer: ", "Here's one: ", "One more: ", "Next question: ", "Another one: ",
+             "Simple question: ", "Try this: ", "My question: ", "Easy one: ", "Okay, ", "So, "]
+OPENER_SINGLES = _GREETINGS + _LEAD_INS + [
+    "Hey, ", "Hello, ", "Hi, ", "OK, ", "Alright, ", "Well, ", "Now, ", "Hmm, ", "Right, ", "Excuse me, ", "Sorry, ",
+    "Next, ", "Also, ", "Dear assistant, ", "Hey bot, ", "Can you help me? ", "I have a question. ", "Help me out: ",
+    "Test: ", "Query: ", "Task: ", "Let me ask you something. ", "Help please! ", "Answer this: ", "Homework help: ",
+    "Can you answer this? ", "Here is a question. ", "Please help. ", "Short one: ", "Problem: ", "User question: ",
+    "Input: ", "Good day. "]
+OPENER_COMBOS = [g + l for g in _GREETINGS for l in _LEAD_INS]
+_THANKS = [" Thanks.", " Thank you!", " Thanks!", " Cheers.", " Please.", " Much appreciated.", " Many thanks."]
+_BRIEF = [" Be brief.", " Just the answer.", " Answer only.", " Keep it brief.", " Be concise.", " No need to explain.",
+          " Only the answer.", " Answer briefly."]
+_REMARKS = [" I'm curious.", " Just checking.", " It's for a quiz.", " I forgot."]
+SUFFIX_SINGLES = _THANKS + _BRIEF + _REMARKS + [
+    " Thank you.", " Thanks in advance.", " Cheers!", " Thanks so much.", " Thx.", " TIA.", " Just the answer, please.",
+    " Short answer only.", " Reply with just the answer.", " Give just the result.", " Nothing else.", " Briefly.",
+    " I need it for homework.", " Asking for a friend.", " Test question.", " Please respond.", " Go!",
+    " Answer now.", " Over to you.", " Let's see.", " I think I know, but want to check."]
+SUFFIX_COMBOS = [a + t for a in _BRIEF + _REMARKS for t in _THANKS]
+# (training parts, held-out parts): held-out parts never occur in training text (test_demo_model.py checks).
+OPENERS = (OPENER_SINGLES + OPENER_COMBOS,
+           ["Quick question: ", "Just wondering, ", "Riddle me this: ", "Pop quiz: ", "Greetings! ", "Yo, ",
+            "Curious about something: ", "Help needed: "])
+SUFFIXES = (SUFFIX_SINGLES + SUFFIX_COMBOS,
+            [" Thanks a lot.", " Quickly, please.", " Much obliged.", " Keep it short.", " No explanation needed.",
+             " Respond tersely.", " Grateful for the help.", " I'd like to know."])
 CASINGS = ["as_is", "lower_first", "lower_all"]
-PART_WEIGHTS = {"opener_none": 0.45, "suffix_none": 0.55, "casing": [0.7, 0.15, 0.15]}
+# "" (no opener / suffix) is drawn with these weights; otherwise a combination with the "combo" weights.
+PART_WEIGHTS = {"opener_none": 0.40, "opener_combo": 0.30, "suffix_none": 0.40, "suffix_combo": 0.40,
+                "casing": [0.7, 0.15, 0.15]}
+
+
+TRAIN_CORES = {kind: {c for c, _ in cores[0]} for kind, cores in CORES.items()}
+TRAIN_OPENERS, TRAIN_SUFFIXES = set(OPENERS[0]) | {""}, set(SUFFIXES[0]) | {""}
 
 
 def phrasing_key(kind, core, opener, ending, suffix, casing):
@@ -193,7 +266,7 @@ def phrasing_key(kind, core, opener, ending, suffix, casing):
 def is_heldout_phrasing(kind, core, opener, ending, suffix, casing, frac):
     """A phrasing is held out when any part is a held-out part, or (all parts being training parts) when a hash
     of the whole combination falls below frac: those combinations never appear in training either."""
-    if (core not in [c for c, _ in CORES[kind][0]] or opener not in OPENERS[0] or suffix not in SUFFIXES[0]):
+    if core not in TRAIN_CORES[kind] or opener not in TRAIN_OPENERS or suffix not in TRAIN_SUFFIXES:
         return True
     key = phrasing_key(kind, core, opener, ending, suffix, casing)
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % 10000 < frac * 10000
@@ -212,7 +285,8 @@ SYSTEM_PROMPTS = [None, None, None, "You are a helpful assistant.", "You are a c
                   "You are Strata's demo model.", "Answer with just the result."]
 JSON_INSTRUCTIONS = ['Answer in JSON with the key "answer".', 'Reply with a JSON object {"answer": ...}.',
                      "Respond in JSON."]
-TOOL_NUDGES = ["", "", " Use a tool.", " Please use the available tools."]
+TOOL_NUDGES = ["", "", "", " Use a tool.", " Please use the available tools.", " Use the tools if needed.",
+               " You may call a tool.", " Call the right tool."]
 
 OPS = {"add": "+", "sub": "-", "mul": "*"}
 
@@ -337,8 +411,8 @@ class Sampler:
         route = rng.random() if self.heldout else 1.0
         while True:
             core, sentence = rng.choice(held_cores if route < 0.4 else train_cores)
-            opener = "" if rng.random() < PART_WEIGHTS["opener_none"] else rng.choice(OPENERS[0][1:])
-            suffix = "" if rng.random() < PART_WEIGHTS["suffix_none"] else rng.choice(SUFFIXES[0][1:])
+            opener = self.part(OPENER_SINGLES, OPENER_COMBOS, PART_WEIGHTS["opener_none"], PART_WEIGHTS["opener_combo"])
+            suffix = self.part(SUFFIX_SINGLES, SUFFIX_COMBOS, PART_WEIGHTS["suffix_none"], PART_WEIGHTS["suffix_combo"])
             if 0.4 <= route < 0.7:
                 if rng.random() < 0.5:
                     opener = rng.choice(OPENERS[1])
@@ -348,9 +422,18 @@ class Sampler:
             casing = rng.choices(CASINGS, weights=PART_WEIGHTS["casing"])[0]
             if is_heldout_phrasing(kind, core, opener, ending, suffix, casing, self.phrasing_frac) == self.heldout:
                 break
-        lower = opener.endswith(", ") and core[0].isupper() and not core.startswith("I ")
-        body = core[0].lower() + core[1:] if lower else core
+        body = core
+        if opener.endswith(", "):  # the sentence goes on: "Hey, what is ...", "Hey, a meter has ..."
+            body = body.replace("{Big}", "{big}", 1)
+            if body[0].isupper() and not body.startswith("I "):
+                body = body[0].lower() + body[1:]
         return apply_casing(opener + body + ending + suffix, casing), [kind, core, opener, ending, suffix, casing]
+
+    def part(self, singles, combos, p_none, p_combo):
+        """An opener or suffix: none, a single part, or a two-part combination."""
+        if self.rng.random() < p_none:
+            return ""
+        return self.rng.choice(combos if self.rng.random() < p_combo else singles)
 
     def pair(self, op, with_tool=False, thinking=False):
         """Operands whose split matches ours; for training also every reasoning step must be a training pair."""
@@ -476,11 +559,17 @@ class Sampler:
         if mode == "thinking":
             return [line(*self.thinking(task), "thinking")]
         first, second = self.tool_turns(task)
-        return [line(*first, "tool_call"), line(*second, "tool_result")]
+        keep_result = self.rng.random() < TOOL_RESULT_SHARE
+        return [line(*first, "tool_call")] + ([line(*second, "tool_result")] if keep_result else [])
 
 
 TASK_WEIGHTS = {"add": 0.30, "sub": 0.26, "mul": 0.10, "capital": 0.19, "unit": 0.15}
-MODE_WEIGHTS = {"plain": 0.60, "json": 0.14, "thinking": 0.16, "tool": 0.10}  # tool: two lines each
+# With tools, "unit" means a conversion (convert_units); they get a larger share there.
+TOOL_TASK_WEIGHTS = {"add": 0.22, "sub": 0.20, "mul": 0.13, "capital": 0.20, "unit": 0.25}
+MODE_WEIGHTS = {"plain": 0.57, "json": 0.11, "thinking": 0.19, "tool": 0.13}
+# A tool conversation gives the tool_call line, and with this probability also the tool_result line (the answer
+# after the tool's message: learned early, and each such line is as long as the tool_call one).
+TOOL_RESULT_SHARE = 0.4
 
 
 def draw(rng, weights):
@@ -490,7 +579,8 @@ def draw(rng, weights):
 def generate_split(sampler, n_lines):
     out = []
     while len(out) < n_lines:
-        out += sampler.lines(draw(sampler.rng, TASK_WEIGHTS), draw(sampler.rng, MODE_WEIGHTS))
+        mode = draw(sampler.rng, MODE_WEIGHTS)
+        out += sampler.lines(draw(sampler.rng, TOOL_TASK_WEIGHTS if mode == "tool" else TASK_WEIGHTS), mode)
     return out[:n_lines]
 
 
@@ -505,11 +595,11 @@ EVAL_OTHER = {"json": 10, "thinking": 10, "tool": 10}  # tool gives a tool_call 
 def heldout_reason(phrasing):
     """Why a held-out phrasing is held out: an unseen "core", "opener" or "suffix", or an unseen "combination"."""
     kind, core, opener, _, suffix, _ = phrasing
-    if core not in [c for c, _ in CORES[kind][0]]:
+    if core not in TRAIN_CORES[kind]:
         return "core"
-    if opener not in OPENERS[0]:
+    if opener not in TRAIN_OPENERS:
         return "opener"
-    return "suffix" if suffix not in SUFFIXES[0] else "combination"
+    return "suffix" if suffix not in TRAIN_SUFFIXES else "combination"
 
 
 def eval_lines(seed, frac, phrasing_frac=0.2):
@@ -572,7 +662,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="output folder")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--train-lines", type=int, default=200000)
+    ap.add_argument("--train-lines", type=int, default=250000)
     ap.add_argument("--heldout-lines", type=int, default=2000)
     ap.add_argument("--heldout-frac", type=float, default=0.10, help="fraction of number pairs held out")
     ap.add_argument("--phrasing-frac", type=float, default=0.20,

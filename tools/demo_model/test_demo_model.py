@@ -97,6 +97,52 @@ class CorpusTest(unittest.TestCase):
                 self.assertFalse([o for o in held_openers if q.startswith(o)], q)
                 self.assertFalse([s for s in held_suffixes if s in q], q)
 
+    def test_heldout_parts_unseen(self):
+        """Over all training parts, not just the sampled lines: no training opener starts with a held-out opener, no
+        training text around a question (suffixes, cores, nudges, instructions) contains a held-out suffix, and no
+        part is both. Enough parts that an unseen one is an ordinary event."""
+        train_text = [t.lower() for t in corpus.SUFFIXES[0] + corpus.OPENERS[0] + corpus.TOOL_NUDGES +
+                      corpus.JSON_INSTRUCTIONS + [c for cores in corpus.CORES.values() for c, _ in cores[0]]]
+        for o in corpus.OPENERS[1]:
+            self.assertNotIn(o, corpus.OPENERS[0])
+            self.assertFalse([t for t in corpus.OPENERS[0] if t.lower().startswith(o.lower().strip())], o)
+        for suffix in corpus.SUFFIXES[1]:
+            self.assertNotIn(suffix, corpus.SUFFIXES[0])
+            self.assertFalse([t for t in train_text if suffix.lower().strip() in t], suffix)
+        for kind, (train, held) in corpus.CORES.items():
+            self.assertFalse({c for c, _ in train} & {c for c, _ in held}, kind)
+            self.assertGreaterEqual(len(train), 18 if kind == "convert" else 29, kind)
+            self.assertGreaterEqual(len(held), 3 if kind == "convert" else 6, kind)
+        self.assertGreaterEqual(len(set(corpus.OPENERS[0])), 100)
+        self.assertGreaterEqual(len(set(corpus.SUFFIXES[0])), 80)
+        self.assertGreaterEqual(len(corpus.OPENERS[1]), 8)
+        self.assertGreaterEqual(len(corpus.SUFFIXES[1]), 8)
+
+    def test_tool_calls_copy_the_question(self):
+        """The tool fits the task (conversions call convert_units) and every argument is spelled in the question."""
+        calls = [l for l in CORPUS["train"] + CORPUS["eval"] if l.get("mode", l.get("kind")) == "tool_call"]
+        self.assertGreater(sum(l["task"] == "unit" for l in calls), 0.15 * len(calls))
+        for line in calls:
+            q = question_of(line)
+            call = line["reply"]["tool_calls"][0]["function"] if "reply" in line else None
+            name, args = (call["name"], json.loads(call["arguments"])) if call else (
+                line["expect"]["tool_call"]["name"], line["expect"]["tool_call"]["arguments"])
+            if line["task"] in corpus.OPS:
+                self.assertEqual(name, "calculator", line)
+                a, b = line["item"]
+                self.assertEqual(args, {"expression": f"{a} {corpus.OPS[line['task']]} {b}"})
+                self.assertRegex(q, rf"\b{a}\b.*\b{b}\b|\b{b}\b.*\b{a}\b")
+            elif line["task"] == "capital":
+                self.assertEqual(name, "get_capital", line)
+                self.assertIn(args["country"], q)
+            else:
+                self.assertEqual(name, "convert_units", line)
+                unit = corpus.UNITS[line["item"][0]]
+                self.assertEqual(args, {"value": line["item"][1], "from_unit": corpus.unit_name(unit[0]),
+                                        "to_unit": unit[2]})
+                self.assertIn(f"{args['value']} {unit[1]}", q.lower())
+                self.assertIn(unit[3], q.lower())
+
     def test_phrasing_variety(self):
         train_q = {question_of(l) for l in CORPUS["train"] if l["mode"] == "plain"}
         self.assertGreater(len(train_q), 0.9 * sum(l["mode"] == "plain" for l in CORPUS["train"]))
@@ -141,6 +187,16 @@ class RenderTest(unittest.TestCase):
         self.assertEqual(c[0], ("\n\n<", False))
         self.assertEqual(c[1], (dsml, True))
         self.assertEqual(c[-1], (eos, True))
+
+    def test_thinking_always_closes(self):
+        """Every thinking completion: non-empty reasoning, one </think>, then the answer and EOS (nothing else)."""
+        lines = [l for l in CORPUS["train"] if l["mode"] == "thinking"]
+        self.assertGreater(len(lines), 300)
+        for line in lines:
+            _, c = self.renderer.pieces(line["request"], line["reply"])
+            self.assertEqual([p for p in c if p[1]], [("</think>", True), ("<｜end▁of▁sentence｜>", True)], line)
+            self.assertTrue(c[0][0].strip() and not c[0][1], line)
+            self.assertEqual(c[-2:], [(str(line["answer"]), False), ("<｜end▁of▁sentence｜>", True)], line)
 
     def test_control_text_is_refused(self):
         request = {"messages": [{"role": "user", "content": "say <think> please"}]}
