@@ -1,6 +1,7 @@
 #include "backend/cpu/ops.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 namespace strata::cpu {
@@ -18,20 +19,28 @@ float dot(const float* a, const float* b, int64_t n) {
 
 Mat linear(const Mat& x, const WeightRef& w) {
   Mat y(x.rows, w.rows);
-  // Blocks of output rows: each block's weights are converted to fp32 once and reused for every token.
+  // Blocks of output rows: each block's weights are converted to fp32 once and reused for every token. Aligned
+  // fp32 weights (e.g. a dequantized head) are read where they are: copying them would only add memory traffic.
+  const bool fp32_in_place = w.dtype == DType::F32 && reinterpret_cast<uintptr_t>(w.data) % alignof(float) == 0;
   constexpr int64_t kBlock = 8;
   const int64_t nblocks = (w.rows + kBlock - 1) / kBlock;
 #pragma omp parallel
   {
-    std::vector<float> wbuf(static_cast<size_t>(kBlock * w.cols));
+    std::vector<float> wbuf(fp32_in_place ? 0 : static_cast<size_t>(kBlock * w.cols));
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < nblocks; ++b) {
       const int64_t r0 = b * kBlock, r1 = std::min(w.rows, r0 + kBlock);
-      for (int64_t r = r0; r < r1; ++r) w.row_f32(r, wbuf.data() + (r - r0) * w.cols);
+      const float* block = nullptr;
+      if (fp32_in_place) {
+        block = reinterpret_cast<const float*>(w.data) + r0 * w.cols;
+      } else {
+        for (int64_t r = r0; r < r1; ++r) w.row_f32(r, wbuf.data() + (r - r0) * w.cols);
+        block = wbuf.data();
+      }
       for (int64_t i = 0; i < x.rows; ++i) {
         const float* xi = x.row(i);
         float* yi = y.row(i);
-        for (int64_t r = r0; r < r1; ++r) yi[r] = dot(xi, wbuf.data() + (r - r0) * w.cols, w.cols);
+        for (int64_t r = r0; r < r1; ++r) yi[r] = dot(xi, block + (r - r0) * w.cols, w.cols);
       }
     }
   }

@@ -127,6 +127,7 @@ Model::Model(ModelConfig config, ModelWeights weights, Device device, Precision 
   parts_->rope_compress = make_rope_table(config.rope_compress, config.head_dim);
   parts_->cfg = std::move(config);
   parts_->w = std::move(weights);
+  if (device == Device::Cpu) dequantize_head(parts_->w);
   runner_ = device == Device::Cuda ? make_cuda_runner(*parts_, precision) : std::make_unique<CpuRunner>(*parts_);
 }
 

@@ -280,4 +280,19 @@ ModelWeights load_weights(const ModelConfig& c, std::shared_ptr<TensorStore> sto
   return mw;
 }
 
+void dequantize_head(ModelWeights& w) {
+  const WeightRef& head = w.head;
+  if (head.dtype != DType::F8_E4M3 && head.dtype != DType::F4_E2M1X2) return;
+  auto values = std::make_shared<std::vector<float>>(static_cast<size_t>(head.rows * head.cols));
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < head.rows; ++r) head.row_f32(r, values->data() + r * head.cols);
+  WeightRef copy;
+  copy.dtype = DType::F32;
+  copy.data = reinterpret_cast<const uint8_t*>(values->data());
+  copy.rows = head.rows;
+  copy.cols = head.cols;
+  w.head = copy;
+  w.head_f32 = std::move(values);
+}
+
 }  // namespace strata::model::v4

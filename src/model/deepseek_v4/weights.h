@@ -75,11 +75,21 @@ struct ModelWeights {
   // Keeps the mapped files and any converted copies alive for the WeightRefs above.
   std::shared_ptr<TensorStore> store;
   std::vector<std::shared_ptr<std::vector<float>>> owned_scales;
+  // The fp32 copy `head` points at after dequantize_head (empty otherwise).
+  std::shared_ptr<std::vector<float>> head_f32;
 };
 
 // Loads and checks every tensor the config implies. Accepts the official DeepSeek names, the names transformers'
 // save_pretrained writes, and transformers' in-memory names (see checkpoint_names.h). A missing, unexpected or
 // wrongly shaped tensor, or an unsupported dtype, is an Error naming it.
 ModelWeights load_weights(const ModelConfig& cfg, std::shared_ptr<TensorStore> store);
+
+// The CPU backend reads every row of the vocabulary head for every token it samples, so with an FP8 or FP4 head
+// (e.g. the demo model's FP8 tied embedding) dequantizing those rows dominated a decode step. This replaces a
+// quantized `head` by an fp32 copy owned by the weights, holding exactly the values row_f32 gives (block scale ×
+// code, in fp32), so logits do not change. It costs 4 bytes per head weight in memory. `embed` keeps the stored
+// form (a lookup reads one row per token); an F32/BF16/F16 head is left as it is. Only for the CPU backend: a GPU
+// backend uploads the stored matrices itself.
+void dequantize_head(ModelWeights& w);
 
 }  // namespace strata::model::v4
