@@ -30,6 +30,10 @@ heldout_eval.jsonl (the CI set: 200 plain-answer questions first, then json / th
 tool_result checks; each line says what to expect), and corpus_stats.json.
 
 usage: python3 tools/demo_model/corpus.py --out DIR [--seed 0] [--train-lines 250000]
+       [--train-seed N] [--task-weights add=..,sub=..,mul=..,capital=..,unit=..] [--suffix-none P]
+       [--extra-suffixes P]
+(the last four change the training split only, e.g. for a resumed run; held-out lines and the evaluation set
+depend on --seed alone)
 """
 import argparse
 import collections
@@ -242,6 +246,18 @@ SUFFIX_SINGLES = _THANKS + _BRIEF + _REMARKS + [
     " I need it for homework.", " Asking for a friend.", " Test question.", " Please respond.", " Go!",
     " Answer now.", " Over to you.", " Let's see.", " I think I know, but want to check."]
 SUFFIX_COMBOS = [a + t for a in _BRIEF + _REMARKS for t in _THANKS]
+# More training-only suffixes, drawn only with corpus.py --extra-suffixes (for a resumed run): the evaluation set
+# and the held-out lines never draw from this list, so they stay what they were; 652 parts in all.
+_MORE_THANKS = [" Appreciate it.", " Ta.", " Thanks, friend.", " Kind regards.", " Best wishes.", " Ty.",
+                " Thanks again.", " Thank you kindly.", " Thanks heaps.", " Bless you."]
+_MORE_REMARKS = [" No rush.", " It's for my kid.", " My teacher asked.", " Double-checking my work.", " I'm studying.",
+                 " Just curious.", " For a bet.", " Trivia night.", " I keep forgetting.", " This is a test.",
+                 " Be quick.", " Answer fast.", " Plain answer.", " No words, just the answer.", " Short reply.",
+                 " Brief reply, please.", " Give it straight.", " Straight answer.", " Hurry!", " Exact answer.",
+                 " Tell me.", " Let me know.", " Help!", " Please and thank you.", " Need this now.",
+                 " Skip the details.", " Don't explain.", " Numbers only if it's a number.", " I'll wait."]
+EXTRA_SUFFIXES = (_MORE_REMARKS + _MORE_THANKS + [a + t for a in _MORE_REMARKS + _BRIEF + _REMARKS for t in _MORE_THANKS]
+                  + [a + t for a in _MORE_REMARKS for t in _THANKS])
 # (training parts, held-out parts): held-out parts never occur in training text (test_demo_model.py checks).
 OPENERS = (OPENER_SINGLES + OPENER_COMBOS,
            ["Quick question: ", "Just wondering, ", "Riddle me this: ", "Pop quiz: ", "Greetings! ", "Yo, ",
@@ -256,7 +272,7 @@ PART_WEIGHTS = {"opener_none": 0.40, "opener_combo": 0.30, "suffix_none": 0.40, 
 
 
 TRAIN_CORES = {kind: {c for c, _ in cores[0]} for kind, cores in CORES.items()}
-TRAIN_OPENERS, TRAIN_SUFFIXES = set(OPENERS[0]) | {""}, set(SUFFIXES[0]) | {""}
+TRAIN_OPENERS, TRAIN_SUFFIXES = set(OPENERS[0]) | {""}, set(SUFFIXES[0]) | set(EXTRA_SUFFIXES) | {""}
 
 
 def phrasing_key(kind, core, opener, ending, suffix, casing):
@@ -394,12 +410,16 @@ def fact_reasoning(task, item):
 class Sampler:
     """Draws examples of one split. All randomness goes through self.rng, so a seed fixes the output."""
 
-    def __init__(self, split, seed, heldout_frac, phrasing_frac=0.2):
+    def __init__(self, split, seed, heldout_frac, phrasing_frac=0.2, suffix_none=None, extra_suffixes=0.0):
         self.split = split
         self.heldout = split != "train"
         self.rng = random.Random(f"{seed}:{split}")
         self.frac = heldout_frac
         self.phrasing_frac = phrasing_frac
+        # the share of questions without a suffix (training lines may be given fewer; held-out ones never are)
+        self.suffix_none = PART_WEIGHTS["suffix_none"] if suffix_none is None else suffix_none
+        # the share of suffixed training questions whose suffix is drawn from EXTRA_SUFFIXES instead
+        self.extra_suffixes = 0.0 if self.heldout else extra_suffixes
 
     # -- pieces ----------------------------------------------------------------------------------------
     def template(self, kind):
@@ -412,7 +432,9 @@ class Sampler:
         while True:
             core, sentence = rng.choice(held_cores if route < 0.4 else train_cores)
             opener = self.part(OPENER_SINGLES, OPENER_COMBOS, PART_WEIGHTS["opener_none"], PART_WEIGHTS["opener_combo"])
-            suffix = self.part(SUFFIX_SINGLES, SUFFIX_COMBOS, PART_WEIGHTS["suffix_none"], PART_WEIGHTS["suffix_combo"])
+            suffix = self.part(SUFFIX_SINGLES, SUFFIX_COMBOS, self.suffix_none, PART_WEIGHTS["suffix_combo"])
+            if self.extra_suffixes and suffix and rng.random() < self.extra_suffixes:  # no draw when off
+                suffix = rng.choice(EXTRA_SUFFIXES)
             if 0.4 <= route < 0.7:
                 if rng.random() < 0.5:
                     opener = rng.choice(OPENERS[1])
@@ -576,12 +598,24 @@ def draw(rng, weights):
     return rng.choices(list(weights), weights=list(weights.values()))[0]
 
 
-def generate_split(sampler, n_lines):
+def generate_split(sampler, n_lines, task_weights=None):
     out = []
+    task_weights = task_weights or TASK_WEIGHTS
     while len(out) < n_lines:
         mode = draw(sampler.rng, MODE_WEIGHTS)
-        out += sampler.lines(draw(sampler.rng, TOOL_TASK_WEIGHTS if mode == "tool" else TASK_WEIGHTS), mode)
+        out += sampler.lines(draw(sampler.rng, TOOL_TASK_WEIGHTS if mode == "tool" else task_weights), mode)
     return out[:n_lines]
+
+
+def parse_task_weights(spec):
+    """"add=0.28,sub=0.30,mul=0.16,capital=0.14,unit=0.12" -> {task: weight} (every task, weights > 0)."""
+    weights = {}
+    for item in spec.split(","):
+        task, _, value = item.partition("=")
+        weights[task.strip()] = float(value)
+    if set(weights) != set(TASK_WEIGHTS) or min(weights.values()) <= 0:
+        raise ValueError(f"--task-weights needs a positive weight for each of {sorted(TASK_WEIGHTS)}: {spec!r}")
+    return {t: weights[t] for t in TASK_WEIGHTS}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -667,15 +701,32 @@ def main():
     ap.add_argument("--heldout-frac", type=float, default=0.10, help="fraction of number pairs held out")
     ap.add_argument("--phrasing-frac", type=float, default=0.20,
                     help="fraction of combinations of training phrasing parts held out")
+    ap.add_argument("--train-seed", type=int, default=None,
+                    help="seed of the training split only (default --seed): fresh training lines, the same "
+                         "held-out lines and evaluation set; the held-out rules do not depend on any seed")
+    ap.add_argument("--task-weights", default="",
+                    help="task mix of the training split's non-tool lines, e.g. "
+                         "add=0.28,sub=0.30,mul=0.16,capital=0.14,unit=0.12 (default: TASK_WEIGHTS)")
+    ap.add_argument("--suffix-none", type=float, default=None,
+                    help="share of training questions without a suffix (default PART_WEIGHTS: 0.40); held-out "
+                         "lines keep the default")
+    ap.add_argument("--extra-suffixes", type=float, default=0.0,
+                    help="share of suffixed training questions whose suffix comes from EXTRA_SUFFIXES (default 0)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    train = generate_split(Sampler("train", args.seed, args.heldout_frac, args.phrasing_frac), args.train_lines)
+    train_seed = args.seed if args.train_seed is None else args.train_seed
+    task_weights = parse_task_weights(args.task_weights) if args.task_weights else None
+    train = generate_split(Sampler("train", train_seed, args.heldout_frac, args.phrasing_frac, args.suffix_none,
+                                   args.extra_suffixes), args.train_lines, task_weights)
     heldout = generate_split(Sampler("heldout", args.seed, args.heldout_frac, args.phrasing_frac), args.heldout_lines)
     evals = eval_lines(args.seed, args.heldout_frac, args.phrasing_frac)
     write_jsonl(os.path.join(args.out, "train.jsonl"), train)
     write_jsonl(os.path.join(args.out, "heldout.jsonl"), heldout)
     write_jsonl(os.path.join(args.out, "heldout_eval.jsonl"), evals)
-    summary = {"seed": args.seed, "heldout_frac": args.heldout_frac, "phrasing_frac": args.phrasing_frac,
+    summary = {"seed": args.seed, "train_seed": train_seed, "task_weights": task_weights or TASK_WEIGHTS,
+               "train_suffix_none": args.suffix_none if args.suffix_none is not None else PART_WEIGHTS["suffix_none"],
+               "train_extra_suffixes": args.extra_suffixes,
+               "heldout_frac": args.heldout_frac, "phrasing_frac": args.phrasing_frac,
                "eval_answers_held_out_by": dict(collections.Counter(
                    l["held_out_by"] for l in evals if l["kind"] == "answer")),
                "train_distinct_questions": len({q for l in train for q in [l["request"]["messages"][-1]["content"]]}),

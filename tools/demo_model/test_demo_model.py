@@ -10,6 +10,7 @@ no head.weight, I32 tid2eid, official names). Tests needing .deps/ files or a st
 """
 import array
 import json
+import math
 import os
 import random
 import re
@@ -101,13 +102,14 @@ class CorpusTest(unittest.TestCase):
         """Over all training parts, not just the sampled lines: no training opener starts with a held-out opener, no
         training text around a question (suffixes, cores, nudges, instructions) contains a held-out suffix, and no
         part is both. Enough parts that an unseen one is an ordinary event."""
-        train_text = [t.lower() for t in corpus.SUFFIXES[0] + corpus.OPENERS[0] + corpus.TOOL_NUDGES +
+        train_text = [t.lower() for t in corpus.SUFFIXES[0] + corpus.EXTRA_SUFFIXES + corpus.OPENERS[0] + corpus.TOOL_NUDGES +
                       corpus.JSON_INSTRUCTIONS + [c for cores in corpus.CORES.values() for c, _ in cores[0]]]
         for o in corpus.OPENERS[1]:
             self.assertNotIn(o, corpus.OPENERS[0])
             self.assertFalse([t for t in corpus.OPENERS[0] if t.lower().startswith(o.lower().strip())], o)
         for suffix in corpus.SUFFIXES[1]:
             self.assertNotIn(suffix, corpus.SUFFIXES[0])
+            self.assertNotIn(suffix, corpus.EXTRA_SUFFIXES)
             self.assertFalse([t for t in train_text if suffix.lower().strip() in t], suffix)
         for kind, (train, held) in corpus.CORES.items():
             self.assertFalse({c for c, _ in train} & {c for c, _ in held}, kind)
@@ -162,6 +164,55 @@ class CorpusTest(unittest.TestCase):
         self.assertEqual(len({json.dumps(l["request"], sort_keys=True) for l in CORPUS["eval"]}), len(kinds))
         for kind in ("json", "thinking", "tool_call", "tool_result"):
             self.assertGreaterEqual(kinds.count(kind), 5, kind)
+
+
+class ResumedCorpusTest(unittest.TestCase):
+    """The training split of a resumed run (corpus.py --train-seed / --task-weights / --suffix-none) keeps the
+    held-out rules: training pairs and phrasings only, no held-out part in its text, right answers; and these
+    options leave the held-out lines and the evaluation set alone."""
+
+    @classmethod
+    def setUpClass(cls):
+        weights = corpus.parse_task_weights("add=0.28,sub=0.30,mul=0.16,capital=0.14,unit=0.12")
+        cls.lines = corpus.generate_split(corpus.Sampler("train", 1, 0.1, 0.2, suffix_none=0.25, extra_suffixes=0.5),
+                                          3000, weights)
+
+    def test_split_rules(self):
+        held_suffixes = [s.lower().strip() for s in corpus.SUFFIXES[1]]
+        held_openers = [o.lower().strip() for o in corpus.OPENERS[1]]
+        held_cores = [template_regex(c.lower(), anchored=False) for cores in corpus.CORES.values() for c, _ in cores[1]]
+        for line in self.lines:
+            self.assertFalse(corpus.is_heldout_phrasing(*line["phrasing"], 0.2), line)
+            if line["task"] in corpus.OPS:
+                self.assertFalse(corpus.is_heldout_pair(line["task"], *line["item"], 0.1), line)
+                if line["mode"] != "tool_call":
+                    self.assertEqual(line["answer"], corpus.arithmetic(line["task"], *line["item"]))
+                if line["mode"] == "thinking":
+                    for step in corpus.arithmetic_steps(line["task"], *line["item"]):
+                        self.assertFalse(corpus.is_heldout_pair(*step, 0.1), (line, step))
+            for m in line["request"]["messages"]:
+                if m["role"] == "user":
+                    q = m["content"].lower()
+                    self.assertFalse([x for x in held_suffixes if x in q], q)
+                    self.assertFalse([o for o in held_openers if q.startswith(o)], q)
+                    self.assertFalse([r.pattern for r in held_cores if r.search(q)], q)
+
+    def test_mix_and_untouched_eval(self):
+        plain = [l for l in self.lines if l["mode"] == "plain"]
+        share = lambda lines, task: sum(l["task"] == task for l in lines) / len(lines)  # noqa: E731
+        self.assertGreater(share(plain, "mul"), 0.12)  # 0.10 by default
+        self.assertLess(share(plain, "capital"), 0.17)  # 0.19 by default
+        with_suffix = sum(l["phrasing"][4] != "" for l in plain) / len(plain)
+        self.assertGreater(with_suffix, 0.68)  # 0.60 by default
+        extra = sum(l["phrasing"][4] in corpus.EXTRA_SUFFIXES for l in plain) / len(plain)
+        self.assertGreater(extra, 0.3)  # about half of the suffixed ones
+        self.assertGreaterEqual(len(set(corpus.EXTRA_SUFFIXES)), 650)
+        self.assertFalse(set(corpus.EXTRA_SUFFIXES) & set(corpus.SUFFIXES[0]))
+        self.assertNotEqual(self.lines[0], CORPUS["train"][0])
+        self.assertEqual(json.dumps(corpus.eval_lines(0, 0.1), sort_keys=True),
+                         json.dumps(CORPUS["eval"], sort_keys=True))
+        with self.assertRaises(ValueError):
+            corpus.parse_task_weights("add=1,sub=1")
 
 
 @unittest.skipUnless(os.path.exists(render.DEFAULT_ENCODER), "no reference encoder in .deps/reference")
@@ -259,6 +310,61 @@ class NamesTest(unittest.TestCase):
         config, dropped = mc.strata_config(saved, keys)
         self.assertEqual(dropped, [])
         self.assertTrue(config["tie_word_embeddings"])
+
+
+INIT_DIR = os.environ.get("DEMO_INIT_FROM", os.path.join(REPO, ".deps", "demo_run3"))
+
+
+@unittest.skipUnless(os.path.exists(os.path.join(INIT_DIR, "model.safetensors")),
+                     "no checkpoint for train.py --init-from (DEMO_INIT_FROM, default .deps/demo_run3)")
+class InitCheckpointTest(unittest.TestCase):
+    """What train.py --init-from relies on, checked before device time is spent: the folder's config has the
+    shape train.py builds by default (the keys init_from_export compares), its tensors are exactly the official
+    list (+ embed.scale) with the official shapes, and the FP8 embedding re-quantizes to the same codes: every
+    block with a non-zero code holds a code of magnitude 448 (so the fake quantizer, fed codes x scale, derives
+    the same scale up to an ulp and the same codes), and all-zero blocks have scale 1."""
+
+    def test_checkpoint(self):
+        cfg = mc.demo_config(192, 4, 128, 8)
+        with open(os.path.join(INIT_DIR, "config.json")) as f:
+            saved = json.load(f)
+        for key in ("vocab_size", "hidden_size", "moe_intermediate_size", "num_hidden_layers", "n_routed_experts",
+                    "num_experts_per_tok", "layer_types", "mlp_layer_types", "hc_mult", "compress_rates"):
+            self.assertEqual(saved[key], cfg[key], key)
+        path = os.path.join(INIT_DIR, "model.safetensors")
+        header = read_safetensors_header(path)
+        with open(path, "rb") as f:
+            offset = 8 + struct.unpack("<Q", f.read(8))[0]
+        want = {name: shape for name, shape, _ in mc.official_tensors(cfg)}
+        want["embed.scale"] = mc.fp8_scale_shape(want["embed.weight"])
+        self.assertEqual(set(header), set(want))
+        for name, shape in want.items():
+            self.assertEqual(header[name]["shape"], shape, name)
+        self.assertEqual(header["embed.weight"]["dtype"], "F8_E4M3")
+        rows, cols = want["embed.weight"]
+        with open(path, "rb") as f:
+            f.seek(offset + header["embed.weight"]["data_offsets"][0])
+            codes = f.read(rows * cols)
+            f.seek(offset + header["embed.scale"]["data_offsets"][0])
+            scales = array.array("f", f.read(4 * want["embed.scale"][0] * want["embed.scale"][1]))
+        if sys.byteorder != "little":
+            scales.byteswap()
+        block, bcols = 128, want["embed.scale"][1]
+        has_max = [False] * (want["embed.scale"][0] * bcols)
+        nonzero = [False] * len(has_max)
+        for r in range(rows):
+            row = codes[r * cols:(r + 1) * cols]
+            for cb in range(bcols):
+                part = row[cb * block:(cb + 1) * block]
+                b = (r // block) * bcols + cb
+                if not has_max[b] and (b"\x7e" in part or b"\xfe" in part):  # e4m3fn +-448
+                    has_max[b] = True
+                if not nonzero[b] and part.strip(b"\x00\x80"):
+                    nonzero[b] = True
+        bad = [b for b in range(len(has_max)) if nonzero[b] and not has_max[b]]
+        self.assertEqual(bad, [], "blocks whose largest code is not 448 would re-quantize differently")
+        self.assertTrue(all(scales[b] == 1.0 for b in range(len(has_max)) if not nonzero[b]))
+        self.assertTrue(all(s > 0 and math.isfinite(s) for s in scales))
 
 
 @unittest.skipUnless(os.path.exists(os.path.join(V3_DIR, "tokenizer.json")), "no V3 tokenizer in .deps")

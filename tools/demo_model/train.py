@@ -54,7 +54,7 @@ sys.path.insert(0, HERE)
 import model_config as mc  # noqa: E402
 import render  # noqa: E402
 from export import (FakeQuantEmbedding, compare_with_save_pretrained, export_official, fp8_dequantize,  # noqa: E402
-                    model_from_official, save_official, write_config)
+                    model_from_official, official_to_state_dict, save_official, write_config)
 from greedy_eval import PAD_ID, evaluate, greedy, selected_logits, set_exact  # noqa: E402
 
 T0 = float(os.environ.get("DEMO_START", time.time()))  # run_on_gpu.sh passes its start, so deadlines count it
@@ -271,6 +271,60 @@ class RouterBalancer:
         return max(imbalance) if imbalance else 1.0
 
 
+INIT_CONFIG_KEYS = ("vocab_size", "hidden_size", "moe_intermediate_size", "num_hidden_layers", "num_attention_heads",
+                    "num_key_value_heads", "head_dim", "q_lora_rank", "n_routed_experts", "num_experts_per_tok",
+                    "n_shared_experts", "o_groups", "o_lora_rank", "index_n_heads", "index_head_dim", "index_topk",
+                    "sliding_window", "compress_rates", "layer_types", "mlp_layer_types", "hc_mult")
+
+
+def init_from_export(model, init_dir, cfg, tokenizer_dir):
+    """Start from an exported checkpoint (export.py's official-name layout, e.g. an earlier run's model/).
+
+    The model is already built for cfg; its shape must match the checkpoint's config.json. Every tensor is loaded
+    through export.official_to_state_dict (the inverse of export_official): the FP8 embedding becomes codes x
+    block scales in fp32, so the fake quantizer re-derives the same codes and the starting model computes what
+    the exported one does; gate.bias and tid2eid come along. Checked before any training: exporting the loaded
+    model gives the loaded tensors back (FP8 codes bit-exact, scales within an ulp, everything else exact).
+    """
+    from safetensors.torch import load_file
+
+    with open(os.path.join(init_dir, "config.json")) as f:
+        saved_cfg = json.load(f)
+    differ = {k: (saved_cfg.get(k), cfg[k]) for k in INIT_CONFIG_KEYS if k in cfg and saved_cfg.get(k) != cfg[k]}
+    if differ:
+        sys.exit(f"--init-from {init_dir}: config differs from this run's (saved, wanted): {differ}")
+    mine, theirs = os.path.join(tokenizer_dir, "tokenizer.json"), os.path.join(init_dir, "tokenizer.json")
+    if os.path.exists(theirs):
+        digest = [hashlib.sha256(open(p, "rb").read()).hexdigest() for p in (mine, theirs)]
+        if digest[0] != digest[1]:
+            sys.exit(f"--init-from {init_dir}: its tokenizer.json differs from this run's ({digest[1][:12]} vs "
+                     f"{digest[0][:12]}); token ids would not match")
+    official = load_file(os.path.join(init_dir, "model.safetensors"))
+    embed_fp8 = official["embed.weight"].dtype == torch.float8_e4m3fn
+    names = {name for name, _, _ in mc.official_tensors(cfg)} | ({"embed.scale"} if embed_fp8 else set())
+    if set(official) != names:
+        sys.exit(f"--init-from {init_dir}: tensors missing {sorted(names - set(official))[:5]}, "
+                 f"unexpected {sorted(set(official) - names)[:5]}")
+    missing, unexpected = model.load_state_dict(official_to_state_dict(official, cfg), strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:
+        raise RuntimeError(f"--init-from: missing {missing}, unexpected {unexpected}")
+    model.lm_head.weight = model.model.embed_tokens.weight
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    again = export_official(model, cfg, "fp8" if embed_fp8 else "bf16")
+    for name, t in official.items():
+        if t.dtype == torch.float8_e4m3fn:
+            same = torch.equal(t.view(torch.uint8), again[name].view(torch.uint8))
+        elif name == "embed.scale":
+            same = torch.allclose(t, again[name], rtol=1e-6, atol=0)
+        else:
+            same = torch.equal(t, again[name].to(t.dtype))
+        if not same:
+            raise RuntimeError(f"--init-from: {name} does not export back to the loaded values")
+    log(f"init from {init_dir}: {len(official)} tensors loaded (embedding {'FP8 codes x scales' if embed_fp8 else 'BF16'}); "
+        "re-export equals the loaded checkpoint")
+    return {"dir": init_dir, "tensors": len(official), "embed_fp8": embed_fp8}
+
+
 # ----------------------------------------------------------------------------------------------------------
 # 3. Preflight and 7. verification (the export format itself is in export.py, decoding in evaluate.py)
 # ----------------------------------------------------------------------------------------------------------
@@ -409,6 +463,10 @@ def train(model, data, args, tokenizer, renderer, device, budget_s, log_file):
     eval_sample = eval_subset(data["heldout_eval"], args.eval_lines)
     start, step, batches, ema, history = time.time(), 0, [], None, []
     next_eval = args.eval_every_s
+    if args.init_from:  # where the resumed model starts (costs ~6 s of the budget)
+        rec = periodic_eval(model, held_sample, eval_sample, tokenizer, renderer, device, 0, 0.0)
+        history.append(rec)
+        log_file.write(json.dumps(rec) + "\n")
     model.train()
     while True:
         elapsed = time.time() - start
@@ -496,6 +554,10 @@ def parse_args():
     ap.add_argument("--number-embed-amp", type=float, default=0.3,
                     help="initialise the number tokens 0-999 with Fourier features of their value at this amplitude "
                          "(0: plain random initialisation)")
+    ap.add_argument("--init-from", default="",
+                    help="start from this exported checkpoint folder (config.json + model.safetensors, an earlier "
+                         "run's model/) instead of a fresh initialisation; the schedule (--lr, --warmup-steps) "
+                         "starts afresh")
     ap.add_argument("--max-mb", type=float, default=40.0, help="budget for the model folder (weights + tokenizer)")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.05)
@@ -564,8 +626,11 @@ def run(args, summary):
             f"{mc.parameter_count(cfg) / 1e6:.2f} M parameters; checkpoint ~{weights_mb:.1f} MB + tokenizer {tok_mb:.1f} MB")
         if weights_mb + tok_mb > args.max_mb:
             sys.exit(f"model folder would be {weights_mb + tok_mb:.1f} MB > --max-mb {args.max_mb}")
-        number_ids = number_token_ids(tokenizer) if args.number_embed_amp > 0 else None
+        fresh_numbers = args.number_embed_amp > 0 and not args.init_from
+        number_ids = number_token_ids(tokenizer) if fresh_numbers else None
         config, model = build_model(cfg, args, device, number_ids)
+        if args.init_from:
+            summary["init_from"] = init_from_export(model, args.init_from, cfg, args.tokenizer_dir)
         summary.update(config=cfg, parameters=mc.parameter_count(cfg))
 
     with Phase("preflight"):
