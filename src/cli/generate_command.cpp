@@ -19,6 +19,7 @@
 #include "cli/args.h"
 #include "cli/engine_options.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #ifdef STRATA_WITH_SERVER
 #include "cli/offline_batch.h"
 #include "cli/offline_progress.h"
@@ -41,7 +42,7 @@ namespace {
 constexpr const char* kHelp = R"(strata generate — run token ids through a DeepSeek-V4 checkpoint on the CPU or a GPU.
 
 options:
-  --model DIR          checkpoint directory (config.json + safetensors)
+  --model DIR          checkpoint directory (config.json + safetensors); default: the demo model, models/demo/
   --device cpu|cuda    the backend (default cpu)
   --prompt-ids IDS     comma-separated prompt token ids, e.g. 5,6,7
   --prompt TEXT        a text prompt (BOS per the tokenizer config; special-token spellings stay plain text
@@ -78,7 +79,8 @@ constexpr const char* kOfflineHelp = R"(strata generate --input — offline batc
 engine as `strata serve` (continuous batching, chunked prefill), one JSON result per request, in input order.
 
 options:
-  --model DIR                checkpoint directory with tokenizer.json + tokenizer_config.json
+  --model DIR                checkpoint directory with tokenizer.json + tokenizer_config.json (default: the
+                             demo model, models/demo/ of the repository)
   --device cpu|cuda          the backend (default cpu)
   --input FILE               requests, one JSON object a line ("-" reads stdin):
                                a request body: chat if it has "messages", completions ("prompt") otherwise, with
@@ -210,7 +212,7 @@ int offline_generate(const std::vector<std::string>& argv) {
     std::fputs(kOfflineHelp, stdout);
     return 0;
   }
-  const std::string dir = args.required("model"), input = args.required("input"), output = args.required("output");
+  const std::string dir = model_dir_or_default(args), input = args.required("input"), output = args.required("output");
   const EngineOptions engine_options = read_engine_options(args, 256);
   const int64_t max_n = positive_integer(args, "max-n", 16);
   const double interval = args.number("progress-interval", 5.0);
@@ -274,7 +276,7 @@ int generate_command(const std::vector<std::string>& argv) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  const std::string dir = args.required("model");
+  const std::string dir = model_dir_or_default(args);
   const Prompt input = read_prompt(args, dir);
   const std::vector<int32_t>& prompt = input.ids;
   engine::SamplingParams sampling;

@@ -14,6 +14,7 @@
 #include "cli/args.h"
 #include "cli/engine_options.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/deepseek_v4/model.h"
@@ -28,7 +29,8 @@ namespace {
 constexpr const char* kHelp = R"(strata serve — an OpenAI-compatible HTTP server for a DeepSeek-V4 checkpoint.
 
 options:
-  --model DIR                checkpoint directory (config.json + safetensors + tokenizer.json/tokenizer_config.json)
+  --model DIR                checkpoint directory (config.json + safetensors + tokenizer.json/tokenizer_config.json;
+                             default: the demo model, models/demo/ of the repository)
   --host ADDR                address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)
   --port N                   TCP port (default 8000; 0 picks a free one and prints it)
   --device cpu|cuda          the backend (cuda: a build with the CUDA backend and an NVIDIA GPU)
@@ -67,7 +69,7 @@ int serve_command(const std::vector<std::string>& argv) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  const std::string dir = args.required("model");
+  const std::string dir = model_dir_or_default(args);
   const model::v4::Device device = model::v4::parse_device(args.str("device", "cpu"));
   const int64_t port = args.integer("port", 8000);
   if (port < 0 || port > 65535) fail("option --port: expected 0..65535, found ", port);

@@ -1,0 +1,19 @@
+#pragma once
+// The embedded default checkpoint: the demo model committed in the repository's models/demo/ (docs/demo_model.md),
+// which `strata generate` and `strata serve` use when --model is left out.
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+
+namespace strata::cli {
+
+// Where the default model is looked for, in order: models/demo/ beside the folder of this executable (a build
+// folder in the repository, e.g. build/strata → models/demo/), then in the source tree this binary was built from.
+std::vector<std::string> default_model_candidates();
+
+// --model DIR when given; otherwise the first candidate that holds a config.json. Without one, an error that names
+// the places looked at and how to get the model.
+std::string model_dir_or_default(const Args& args);
+
+}  // namespace strata::cli
