@@ -42,8 +42,9 @@ options:
   --model DIR          checkpoint directory
   --preset NAME        instead of --model: random weights of tiny, small or flash (V4-Flash's real layer shapes)
   --layers N           with --preset: number of layers (default: the preset's; the layer schedule repeats)
-  --dtype bf16|fp8     with --preset: matrices as bf16, or e4m3 with 128×128 fp32 block scales (default bf16;
-                       the CUDA backend stores bf16 either way, fp8 halves the host memory)
+  --dtype bf16|fp8     with --preset: matrices as bf16, or e4m3 with 128×128 fp32 block scales (default bf16)
+  --precision P        with --device cuda: bf16, fp32 or fp8 — fp8 keeps the checkpoint's FP8 matrices FP8 on
+                       the device (default: fp8 for --dtype fp8, else bf16)
   --seed S             with --preset: random seed (default 0)
   --device cpu|cuda    the backend (default cpu)
   --prompt-len N       prompt tokens (default 512)
@@ -302,7 +303,7 @@ struct LoadedModel {
   nlohmann::json description;
 };
 
-LoadedModel load(const Args& args, model::v4::Device device) {
+LoadedModel load(const Args& args, model::v4::Device device, model::v4::Precision precision) {
   const bool from_dir = args.has("model"), from_preset = args.has("preset");
   if (!from_dir && !from_preset)
     fail("bench: expected --model DIR (a checkpoint) or --preset NAME (random weights: tiny, small or flash), "
@@ -316,7 +317,7 @@ LoadedModel load(const Args& args, model::v4::Device device) {
         fail("bench: --", option, " shapes random weights and needs --preset; found it with --model");
     const std::string dir = args.str("model");
     const auto t0 = clock::now();
-    model::v4::Model m = model::v4::load_model(dir, device);
+    model::v4::Model m = model::v4::load_model(dir, device, precision);
     return {std::move(m),
             {{"model", std::filesystem::path(dir).filename().string()},
              {"source", "checkpoint"},
@@ -335,7 +336,7 @@ LoadedModel load(const Args& args, model::v4::Device device) {
   std::fprintf(stderr, "random weights: %s, %lld layers, %s, in %.2f s on %d threads\n", preset.c_str(),
                static_cast<long long>(cfg.num_hidden_layers), dtype.c_str(), made, omp_get_max_threads());
   const auto t1 = clock::now();
-  model::v4::Model m(cfg, std::move(weights), device);
+  model::v4::Model m(cfg, std::move(weights), device, precision);
   const double built = seconds_since(t1);
   std::fprintf(stderr, "model on %s in %.2f s\n", model::v4::device_name(device), built);
   return {std::move(m),
@@ -353,7 +354,7 @@ LoadedModel load(const Args& args, model::v4::Device device) {
 int bench_command(const std::vector<std::string>& argv) {
   const Args args(argv,
                   {"model", "preset", "layers", "dtype", "seed", "device", "prompt-len", "decode-tokens", "repeats",
-                   "commit", "out", "prefill", "batch", "context", "chunk", "ceilings"},
+                   "commit", "out", "prefill", "batch", "context", "chunk", "ceilings", "precision"},
                   {"help"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
@@ -376,7 +377,10 @@ int bench_command(const std::vector<std::string>& argv) {
     fail("option --chunk: expected ≥ 1, found ", args.integer("chunk", 1));
   const model::v4::Device device = model::v4::parse_device(args.str("device", "cpu"));
   const std::optional<Ceilings> ceilings = ceilings_for(args, device);
-  LoadedModel loaded = load(args, device);
+  // FP8 random weights stay FP8 on the GPU unless asked otherwise: that is what --dtype fp8 benchmarks.
+  const model::v4::Precision precision = model::v4::parse_precision(
+      args.str("precision", args.str("dtype", "bf16") == "fp8" && device == model::v4::Device::Cuda ? "fp8" : "bf16"));
+  LoadedModel loaded = load(args, device, precision);
   const model::v4::Model& m = loaded.model;
   const model::ModelConfig& c = m.config();
   const std::vector<int32_t> prompt = prompt_tokens(prompt_len, c.vocab_size);

@@ -44,6 +44,7 @@ constexpr const char* kHelp = R"(strata generate — run token ids through a Dee
 options:
   --model DIR          checkpoint directory (config.json + safetensors); default: the demo model, models/demo/
   --device cpu|cuda    the backend (default cpu)
+  --precision P        with --device cuda: bf16 (default), fp32, or fp8 (the checkpoint's FP8 matrices stay FP8)
   --prompt-ids IDS     comma-separated prompt token ids, e.g. 5,6,7
   --prompt TEXT        a text prompt (BOS per the tokenizer config; special-token spellings stay plain text
                        unless --parse-special); prints the generated text
@@ -82,6 +83,7 @@ options:
   --model DIR                checkpoint directory with tokenizer.json + tokenizer_config.json (default: the
                              demo model, models/demo/ of the repository)
   --device cpu|cuda          the backend (default cpu)
+  --precision P              with --device cuda: bf16 (default), fp32, or fp8 (the checkpoint's FP8 matrices stay FP8)
   --input FILE               requests, one JSON object a line ("-" reads stdin):
                                a request body: chat if it has "messages", completions ("prompt") otherwise, with
                                an optional "custom_id" (or "id"), a string or number, carried to the result:
@@ -205,7 +207,7 @@ std::vector<std::string> read_lines(const std::string& path) {
 
 int offline_generate(const std::vector<std::string>& argv) {
   const Args args(argv,
-                  {"model", "device", "input", "output", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "state-memory",
+                  {"model", "device", "precision", "input", "output", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "state-memory",
                    "max-n", "served-model-name", "progress-interval", "summary"},
                   {"help"});
   if (args.has("help")) {
@@ -220,7 +222,8 @@ int offline_generate(const std::vector<std::string>& argv) {
 
   const std::vector<std::string> lines = read_lines(input);
   const text::Tokenizer tokenizer = text::Tokenizer::load(dir);
-  const model::v4::Model model = model::v4::load_model(dir, model::v4::parse_device(args.str("device", "cpu")));
+  const model::v4::Model model = model::v4::load_model(dir, model::v4::parse_device(args.str("device", "cpu")),
+                                                       model::v4::parse_precision(args.str("precision", "bf16")));
   const model::ModelConfig& mc = model.config();
   if (tokenizer.vocab_size() > mc.vocab_size)
     fail("--model ", dir, ": the tokenizer has ids up to ", tokenizer.vocab_size() - 1, " but the model's vocab_size is ",
@@ -269,7 +272,7 @@ int generate_command(const std::vector<std::string>& argv) {
            "Debian libboost-dev, was missing)");
 #endif
     }
-  const Args args(argv, {"model", "device", "prompt-ids", "prompt", "chat", "max-tokens", "temperature", "top-p", "top-k", "min-p", "repetition-penalty",
+  const Args args(argv, {"model", "device", "precision", "prompt-ids", "prompt", "chat", "max-tokens", "temperature", "top-p", "top-k", "min-p", "repetition-penalty",
                    "presence-penalty", "frequency-penalty", "seed", "chunk", "dump-logits", "dump-hidden"},
                   {"help", "ignore-eos", "parse-special"});
   if (args.has("help")) {
@@ -293,7 +296,8 @@ int generate_command(const std::vector<std::string>& argv) {
   const int64_t chunk = args.integer("chunk", 0);
   if (chunk < 0) fail("option --chunk: expected a positive chunk size, found ", chunk);
 
-  const model::v4::Model m = model::v4::load_model(dir, model::v4::parse_device(args.str("device", "cpu")));
+  const model::v4::Model m = model::v4::load_model(dir, model::v4::parse_device(args.str("device", "cpu")),
+                                                   model::v4::parse_precision(args.str("precision", "bf16")));
   const int64_t vocab = m.config().vocab_size;
   try {
     sampling.validate(vocab);

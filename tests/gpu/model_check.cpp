@@ -10,6 +10,14 @@
 // the router's top-k are discrete, and bf16 rounding (≈3e-3) flips near-ties among 30–500 candidate entries in a
 // few rows of these random tiny models; a flipped pick changes that row's attention outright (the per-layer report
 // shows such rows as isolated jumps). fp32 mode shows the same rows agree when the arithmetic does.
+//
+// FP8 checkpoints (quantization_config set, e.g. `strata model init --dtype fp8`) run bf16 and fp8 instead of fp32
+// and bf16; every reference uses the exactly dequantized weights (CPU: fp32; GPU bf16: rounded to bf16). fp8 (the
+// checkpoint's FP8 matrices stay FP8 on the GPU) is held to 5e-2 on 95% of rows and ≥ 28 of 32 greedy tokens, both
+// against the CPU and against the GPU's bf16 path: prefill-sized products quantize their activations to e4m3
+// (3 mantissa bits, ≈ 2.5% rms relative error per product — ops_check measures it per GEMM), which is ~10× bf16's
+// rounding, so the bar is bf16's 2e-2 scaled by less than that: the error does not compound layer over layer
+// (each layer's RMSNorm and residual keep it relative) and decode steps use bf16 activations (weight-only FP8).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -34,6 +42,7 @@ struct Bar {
 };
 constexpr Bar kFp32Bar{Precision::Fp32, 1e-3, 1.0, 0};
 constexpr Bar kBf16Bar{Precision::Bf16, 2e-2, 0.95, 2};
+constexpr Bar kFp8Bar{Precision::Fp8, 5e-2, 0.95, 4};
 
 // The error of the row at `quantile` of the sorted row errors (1.0: the worst).
 double at_quantile(std::vector<double> errors, double quantile) {
@@ -71,7 +80,8 @@ void check_sequence(const std::string& name, const Bar& bar, const Model& cpu, c
                     int64_t chunk, int64_t steps) {
   const int64_t vocab = cpu.config().vocab_size;
   const std::vector<int32_t> prompt = prompt_of(len, vocab, 0);
-  SequenceState sc = cpu.new_sequence(), sg = gpu.new_sequence(nullptr, len + steps);
+  // (`cpu` is the reference: the CPU model, or for FP8 the GPU's bf16 path, which needs its length up front.)
+  SequenceState sc = cpu.new_sequence(nullptr, len + steps), sg = gpu.new_sequence(nullptr, len + steps);
   std::vector<double> errors;
   Mat lc, lg;
   for (int64_t at = 0; at < len;) {
@@ -128,8 +138,11 @@ void check_sequence(const std::string& name, const Bar& bar, const Model& cpu, c
 // CPU for fp32 (every row to the fp32 bar); on the GPU itself for bf16, every row to the bf16 limit — batching must
 // not change a row's numbers beyond GEMM algorithm choice, and the solo bf16 rows are checked against the CPU
 // above, so near-tie flips (a discrete difference of precision, not of batching) do not blur this check.
+//
+// FP8: against the CPU, 95% of rows to the FP8 bar — a solo decode row takes the weight-only GEMV (bf16 activations)
+// where the batch's rows take the FP8 GEMM (quantized activations), so batched and solo differ by design.
 void check_batch(const std::string& name, const Bar& bar, const Model& cpu, const Model& gpu) {
-  const Model& reference = bar.precision == Precision::Fp32 ? cpu : gpu;
+  const Model& reference = bar.precision == Precision::Bf16 ? gpu : cpu;
   const int64_t vocab = cpu.config().vocab_size;
   const std::vector<int64_t> lens = {5, 131, 300};
   StatePoolLimits limits;
@@ -178,13 +191,15 @@ void check_batch(const std::string& name, const Bar& bar, const Model& cpu, cons
       next[q] = argmax(ref.row(0), vocab);
     }
   }
-  const double judged = at_quantile(errors, 1.0);
+  const double quantile = bar.precision == Precision::Fp8 ? bar.quantile : 1.0;
+  const double judged = at_quantile(errors, quantile);
   const bool ok = judged <= bar.limit && argmax_misses == 0;
   failures += !ok;
-  std::printf("%-16s %-4s batch of 3 (5, 131, 300 + 8 steps) vs solo %s  rel.err max %.2e (limit %.0e)  "
+  std::printf("%-16s %-4s batch of 3 (5, 131, 300 + 8 steps) vs solo %s  rel.err p%.0f %.2e (limit %.0e) max %.2e  "
               "device argmax %lld/9 off  %s\n",
-              name.c_str(), precision_name(bar.precision), bar.precision == Precision::Fp32 ? "cpu" : "gpu", judged,
-              bar.limit, static_cast<long long>(argmax_misses), ok ? "PASS" : "FAIL");
+              name.c_str(), precision_name(bar.precision), bar.precision == Precision::Bf16 ? "gpu" : "cpu",
+              quantile * 100, judged, bar.limit, at_quantile(errors, 1.0), static_cast<long long>(argmax_misses),
+              ok ? "PASS" : "FAIL");
 }
 
 }  // namespace
@@ -198,6 +213,18 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
       const std::string dir = argv[i], name = dir.substr(dir.find_last_of('/') + 1);
       const Model cpu = load_model(dir, Device::Cpu);
+      if (cpu.config().quantization) {
+        // FP8: the bf16 path on the dequantized weights, the FP8 path, and the FP8 path against the bf16 one.
+        const Model bf16 = load_model(dir, Device::Cuda, Precision::Bf16), fp8 = load_model(dir, Device::Cuda, Precision::Fp8);
+        for (const auto& [bar, gpu] : {std::pair{kBf16Bar, &bf16}, std::pair{kFp8Bar, &fp8}}) {
+          for (const int64_t len : {1, 4, 129, 530}) check_sequence(name, bar, cpu, *gpu, len, 0, len == 530 ? 32 : 4);
+          check_sequence(name, bar, cpu, *gpu, 530, 7, 4);
+          check_sequence(name, bar, cpu, *gpu, 530, 64, 4);
+          check_batch(name, bar, cpu, *gpu);
+        }
+        for (const int64_t len : {4, 129, 530}) check_sequence(name + " vs bf16", kFp8Bar, bf16, fp8, len, 0, len == 530 ? 32 : 4);
+        continue;
+      }
       for (const Bar& bar : {kFp32Bar, kBf16Bar}) {
         const Model gpu = load_model(dir, Device::Cuda, bar.precision);
         for (const int64_t len : {1, 4, 129, 530}) check_sequence(name, bar, cpu, gpu, len, 0, len == 530 ? 32 : 4);

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/fp8.h"
 #include "backend/cuda/gemv.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -55,8 +57,9 @@ void Scratch::reset() {
 
 DeviceWeights::DeviceWeights(const ModelWeights& w, GemmType type, const std::vector<const std::vector<float>*>& extra)
     : type_(type) {
-  add(w.embed);
-  add(w.head);
+  // The embedding is a row lookup and the head one product per step: both stay bf16 (dequantized if stored FP8).
+  add(w.embed, false);
+  add(w.head, false);
   for (const auto* v : {&w.norm, &w.hc_head_fn, &w.hc_head_base, &w.hc_head_scale}) add(*v);
   auto add_compressor = [&](const CompressorWeights& c) {
     add(c.wkv);
@@ -64,10 +67,13 @@ DeviceWeights::DeviceWeights(const ModelWeights& w, GemmType type, const std::ve
     add(c.ape);
     add(c.norm);
   };
-  auto add_expert = [&](const ExpertWeights& e) {
-    add(e.w1);
-    add(e.w2);
-    add(e.w3);
+  auto expert_fp8 = [&](const ExpertWeights& e) {
+    return fp8_storable(e.w1) && fp8_storable(e.w2) && fp8_storable(e.w3);
+  };
+  auto add_expert = [&](const ExpertWeights& e, bool fp8) {
+    add(e.w1, fp8);
+    add(e.w2, fp8);
+    add(e.w3, fp8);
   };
   for (const LayerWeights& l : w.layers) {
     for (const HyperConnectionWeights* h : {&l.hc_attn, &l.hc_ffn})
@@ -75,7 +81,15 @@ DeviceWeights::DeviceWeights(const ModelWeights& w, GemmType type, const std::ve
     add(l.attn_norm);
     add(l.ffn_norm);
     const AttentionWeights& a = l.attn;
-    for (const WeightRef* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b}) add(*m);
+    for (const WeightRef* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_b}) add(*m);
+    // The grouped o-projection multiplies row block g of wo_a (rank rows) by column block g of its input (wo_a.cols
+    // wide; groups = the heads' width over it): FP8 only when both are whole 128-blocks, so each group's block
+    // scales are a sub-grid of the matrix's. V4-Flash: 8 groups of 1024 rows × 4096 columns.
+    const bool groups_whole = a.wo_a.cols > 0 && a.wq_b.rows % a.wo_a.cols == 0 &&
+                              a.wo_a.rows % (a.wq_b.rows / a.wo_a.cols) == 0 &&
+                              (a.wo_a.rows / (a.wq_b.rows / a.wo_a.cols)) % kFp8Block == 0 &&
+                              a.wo_a.cols % kFp8Block == 0;
+    add(a.wo_a, groups_whole);
     for (const auto* v : {&a.q_norm, &a.kv_norm, &a.attn_sink}) add(*v);
     if (a.compressor) add_compressor(*a.compressor);
     if (a.indexer) {
@@ -85,8 +99,10 @@ DeviceWeights::DeviceWeights(const ModelWeights& w, GemmType type, const std::ve
     }
     add(l.ffn.gate);
     add(l.ffn.gate_bias);
-    for (const ExpertWeights& e : l.ffn.experts) add_expert(e);
-    if (l.ffn.shared) add_expert(*l.ffn.shared);
+    // The grouped kernels take one weight type per layer's table: the routed experts are FP8 only all together.
+    const bool routed_fp8 = std::all_of(l.ffn.experts.begin(), l.ffn.experts.end(), expert_fp8);
+    for (const ExpertWeights& e : l.ffn.experts) add_expert(e, routed_fp8);
+    if (l.ffn.shared) add_expert(*l.ffn.shared, expert_fp8(*l.ffn.shared));
     if (!l.ffn.tid2eid.empty() && !ints_.count(l.ffn.tid2eid.data())) {
       int32_t* d = nullptr;
       const size_t bytes = l.ffn.tid2eid.size() * sizeof(int32_t);
@@ -102,19 +118,32 @@ DeviceWeights::DeviceWeights(const ModelWeights& w, GemmType type, const std::ve
     const std::vector<ExpertWeights>& ex = l.ffn.experts;
     if (ex.empty() || expert_tables_.count(ex.data())) continue;
     ExpertTables t;
+    t.type = matrix(ex[0].w1).type;
     const ExpertWeights* shared = l.ffn.shared ? &*l.ffn.shared : nullptr;
-    t.with_shared = shared && shared->w1.rows == ex[0].w1.rows && shared->w1.cols == ex[0].w1.cols;
-    for (auto [member, dst] : {std::pair{&ExpertWeights::w1, &t.w1}, std::pair{&ExpertWeights::w3, &t.w3},
-                               std::pair{&ExpertWeights::w2, &t.w2}}) {
-      std::vector<const void*> table;
-      for (const ExpertWeights& e : ex) table.push_back(matrix(e.*member).data);
-      if (t.with_shared) table.push_back(matrix(shared->*member).data);
+    t.with_shared = shared && shared->w1.rows == ex[0].w1.rows && shared->w1.cols == ex[0].w1.cols &&
+                    matrix(shared->w1).type == t.type;
+    auto upload_table = [&](const std::vector<const void*>& table) {
       void* d = nullptr;
       const size_t bytes = table.size() * sizeof(const void*);
       STRATA_CUDA_CHECK(cudaMalloc(&d, bytes));
       STRATA_CUDA_CHECK(cudaMemcpy(d, table.data(), bytes, cudaMemcpyHostToDevice));
       allocations_.push_back(d);
-      *dst = static_cast<const void* const*>(d);
+      return static_cast<const void* const*>(d);
+    };
+    for (auto [member, dst, scales] :
+         {std::tuple{&ExpertWeights::w1, &t.w1, &t.s1}, std::tuple{&ExpertWeights::w3, &t.w3, &t.s3},
+          std::tuple{&ExpertWeights::w2, &t.w2, &t.s2}}) {
+      std::vector<const void*> table, scale_table;
+      for (const ExpertWeights& e : ex) {
+        table.push_back(matrix(e.*member).data);
+        scale_table.push_back(matrix(e.*member).scales);
+      }
+      if (t.with_shared) {
+        table.push_back(matrix(shared->*member).data);
+        scale_table.push_back(matrix(shared->*member).scales);
+      }
+      *dst = upload_table(table);
+      if (t.type == GemmType::Fp8) *scales = reinterpret_cast<const float* const*>(upload_table(scale_table));
     }
     expert_tables_[ex.data()] = t;
   }
@@ -130,18 +159,41 @@ DeviceWeights::~DeviceWeights() {
   for (void* p : allocations_) cudaFree(p);
 }
 
-void DeviceWeights::add(const WeightRef& w) {
+bool DeviceWeights::fp8_storable(const WeightRef& w) const {
+  return type_ == GemmType::Fp8 && w.dtype == DType::F8_E4M3 && w.block_scales && w.block_rows == kFp8Block &&
+         w.block_cols == kFp8Block && w.scale_row_offset % kFp8Block == 0;
+}
+
+void DeviceWeights::add(const WeightRef& w, bool fp8) {
   if (!w.data || matrices_.count(w.data)) return;  // absent, or tied (the head shares the embedding)
-  const size_t count = static_cast<size_t>(w.rows * w.cols), bytes = count * gemm_type_size(type_);
-  std::vector<uint16_t> bf16(type_ == GemmType::Bf16 ? count : 0);
-  std::vector<float> f32(type_ == GemmType::Fp32 ? count : 0);
+  if (fp8 && fp8_storable(w)) {
+    // The stored codes and the scale blocks of these rows, as they are (a row slice starts on a block boundary).
+    const int64_t scale_rows = (w.rows + kFp8Block - 1) / kFp8Block, scale_cols = (w.cols + kFp8Block - 1) / kFp8Block;
+    const size_t code_bytes = static_cast<size_t>(w.rows * w.cols),
+                 scale_bytes = static_cast<size_t>(scale_rows * scale_cols) * sizeof(float);
+    void *d = nullptr, *ds = nullptr;
+    STRATA_CUDA_CHECK(cudaMalloc(&d, std::max<size_t>(code_bytes, 1)));
+    STRATA_CUDA_CHECK(cudaMalloc(&ds, std::max<size_t>(scale_bytes, 1)));
+    STRATA_CUDA_CHECK(cudaMemcpy(d, w.data, code_bytes, cudaMemcpyHostToDevice));
+    STRATA_CUDA_CHECK(cudaMemcpy(ds, w.block_scales + (w.scale_row_offset / kFp8Block) * scale_cols, scale_bytes,
+                                 cudaMemcpyHostToDevice));
+    allocations_.push_back(d);
+    allocations_.push_back(ds);
+    bytes_ += static_cast<int64_t>(code_bytes + scale_bytes);
+    matrices_[w.data] = {d, w.rows, w.cols, GemmType::Fp8, static_cast<const float*>(ds)};
+    return;
+  }
+  const GemmType type = type_ == GemmType::Fp32 ? GemmType::Fp32 : GemmType::Bf16;
+  const size_t count = static_cast<size_t>(w.rows * w.cols), bytes = count * gemm_type_size(type);
+  std::vector<uint16_t> bf16(type == GemmType::Bf16 ? count : 0);
+  std::vector<float> f32(type == GemmType::Fp32 ? count : 0);
 #pragma omp parallel
   {
     std::vector<float> row(static_cast<size_t>(w.cols));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < w.rows; ++r) {
       w.row_f32(r, row.data());
-      if (type_ == GemmType::Fp32)
+      if (type == GemmType::Fp32)
         std::copy(row.begin(), row.end(), f32.begin() + r * w.cols);
       else
         for (int64_t c = 0; c < w.cols; ++c) bf16[static_cast<size_t>(r * w.cols + c)] = f32_to_bf16(row[c]);
@@ -149,11 +201,11 @@ void DeviceWeights::add(const WeightRef& w) {
   }
   void* d = nullptr;
   STRATA_CUDA_CHECK(cudaMalloc(&d, std::max<size_t>(bytes, 1)));
-  const void* host = type_ == GemmType::Fp32 ? static_cast<const void*>(f32.data()) : bf16.data();
+  const void* host = type == GemmType::Fp32 ? static_cast<const void*>(f32.data()) : bf16.data();
   STRATA_CUDA_CHECK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
   allocations_.push_back(d);
   bytes_ += static_cast<int64_t>(bytes);
-  matrices_[w.data] = {d, w.rows, w.cols, type_};
+  matrices_[w.data] = {d, w.rows, w.cols, type};
 }
 
 void DeviceWeights::add(const std::vector<float>& v) {
@@ -193,7 +245,6 @@ CudaBackend::CudaBackend(const DeviceWeights& weights, Gemm& gemm, Scratch& scra
                          const std::vector<LayerOffsets>& layout, const ModelConfig& cfg,
                          const std::vector<const RopeTable*>& ropes, cudaStream_t stream, OpClock* clock)
     : weights_(weights),
-      type_(weights.type()),
       gemm_(gemm),
       scratch_(scratch),
       layout_(layout),
@@ -343,29 +394,74 @@ CudaBackend::Tensor CudaBackend::embed(const WeightRef& table, const std::vector
   return out;
 }
 
-const void* CudaBackend::gemm_input(const float* x, int64_t count) {
-  if (type_ == GemmType::Fp32) return x;
-  if (const auto it = converted_.find(x); it != converted_.end() && it->second.first == count) return it->second.second;
-  void* y = gemm_operand(count);
-  to_gemm_input(x, y, count, type_, stream_);
-  converted_[x] = {count, y};
-  return y;
+// Whether prefill-sized products with FP8 weights use cuBLASLt's FP8 GEMM (activations quantized to e4m3) or the
+// dequantized-bf16 fallback. Off: on the H200 (2026-11-29) Gemm::fp8 matched its reference for every k of 512 and
+// more, but cuBLASLt returned an algorithm for k = 256 whose results were garbage, and the whole-model check ran with
+// those products in it; Gemm::fp8_supported now refuses such k, and switching this on waits for a whole-model run
+// (branch fp8-wip). Decode-sized products are weight-only FP8 either way.
+constexpr bool kFp8GemmInModel = false;
+
+GemmType CudaBackend::operand_type(const DeviceMatrix& w, int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldw,
+                                   int64_t ldy) {
+  if (w.type != GemmType::Fp8) return w.type;
+  return kFp8GemmInModel && m > kGemvMaxRows && gemm_.fp8_supported(m, n, k, ldx, ldw, ldy) ? GemmType::Fp8
+                                                                                              : GemmType::Bf16;
 }
 
-void CudaBackend::gemm(const void* x, int64_t m, const DeviceMatrix& w, float* y) {
-  if (gemv_applies(type_, x, w.cols, 0, w.data, w.cols, 0, m, w.cols))
-    gemv(type_, x, w.cols, 0, w.data, w.cols, 0, y, w.rows, 0, m, w.rows, w.cols, 1, stream_);
-  else
-    gemm_.run(type_, x, w.cols, w.data, w.cols, y, w.rows, m, w.rows, w.cols, stream_);
+CudaBackend::Operand CudaBackend::operand(const float* x, int64_t m, int64_t k, GemmType type) {
+  if (type == GemmType::Fp32) return {x, nullptr, GemmType::Fp32};
+  const auto key = std::pair{x, type};
+  if (const auto it = converted_.find(key); it != converted_.end() && it->second.first == std::pair{m, k})
+    return it->second.second;
+  Operand o{gemm_operand((type == GemmType::Fp8 ? fp8_padded_rows(m) : m) * k, type), nullptr, type};
+  if (type == GemmType::Fp8) {
+    float* scales = scratch_.alloc<float>(fp8_padded_rows(m) * ((k + kFp8Block - 1) / kFp8Block));
+    quantize_fp8_rows(x, k, m, k, static_cast<uint8_t*>(const_cast<void*>(o.data)), scales, stream_);
+    o.scales = scales;
+  } else {
+    to_gemm_input(x, const_cast<void*>(o.data), m * k, type, stream_);
+  }
+  converted_[key] = {{m, k}, o};
+  return o;
+}
+
+void CudaBackend::changed(const float* x) {
+  for (const GemmType t : {GemmType::Bf16, GemmType::Fp32, GemmType::Fp8}) converted_.erase({x, t});
+}
+
+void CudaBackend::product(const Operand& x, int64_t m, const DeviceMatrix& w, float* y) {
+  if (w.type != GemmType::Fp8) {
+    if (x.type != w.type) fail("CUDA product: a ", gemm_type_name(x.type), " operand for ", gemm_type_name(w.type), " weights");
+    if (gemv_applies(w.type, x.data, w.cols, 0, w.data, w.cols, 0, m, w.cols))
+      gemv(w.type, x.data, w.cols, 0, w.data, w.cols, 0, y, w.rows, 0, m, w.rows, w.cols, 1, stream_);
+    else
+      gemm_.run(w.type, x.data, w.cols, w.data, w.cols, y, w.rows, m, w.rows, w.cols, stream_);
+    return;
+  }
+  if (x.type == GemmType::Fp8) {
+    gemm_.fp8(x.data, w.cols, x.scales, w.data, w.cols, w.scales, y, w.rows, m, w.rows, w.cols, stream_);
+    return;
+  }
+  if (x.type != GemmType::Bf16) fail("CUDA product: a ", gemm_type_name(x.type), " operand for FP8 weights");
+  const auto* xb = static_cast<const __nv_bfloat16*>(x.data);
+  if (gemv_fp8_applies(x.data, w.cols, 0, w.data, w.cols, 0, m, w.cols)) {
+    gemv_fp8(xb, w.cols, 0, static_cast<const uint8_t*>(w.data), w.cols, 0, w.scales, w.scale_cols(), 0, y, w.rows, 0,
+             m, w.rows, w.cols, 1, stream_);
+    return;
+  }
+  // A shape neither FP8 kernel takes (partial 128-blocks; not V4-Flash's): this layer's copy of the weights in bf16.
+  auto* wb = scratch_.alloc<__nv_bfloat16>(w.rows * w.cols);
+  dequantize_fp8(static_cast<const uint8_t*>(w.data), w.scales, w.rows, w.cols, wb, stream_);
+  gemm_.run(GemmType::Bf16, x.data, w.cols, wb, w.cols, y, w.rows, m, w.rows, w.cols, stream_);
 }
 
 CudaBackend::Tensor CudaBackend::linear(const Tensor& x, const WeightRef& w) {
   STRATA_TIMED_OP("linear");
   const DeviceMatrix& d = weights_.matrix(w);
   if (d.cols != x.cols) fail("CUDA linear: input width ", x.cols, " against a weight of ", d.rows, "x", d.cols);
-  const void* xin = gemm_input(x.data, x.rows * x.cols);
+  const Operand xin = operand(x.data, x.rows, x.cols, operand_type(d, x.rows));
   Tensor y = tensor(x.rows, d.rows);
-  gemm(xin, x.rows, d, y.data);
+  product(xin, x.rows, d, y.data);
   return y;
 }
 
@@ -374,14 +470,41 @@ CudaBackend::Tensor CudaBackend::grouped_linear(const Tensor& x, const WeightRef
   const DeviceMatrix& d = weights_.matrix(w);
   const int64_t group_in = x.cols / groups, rank = d.rows / groups;
   if (d.cols != group_in) fail("CUDA grouped linear: group width ", group_in, " against a weight of ", d.rows, "x", d.cols);
-  const void* xin = gemm_input(x.data, x.rows * x.cols);
   Tensor y = tensor(x.rows, groups * rank);
+  if (d.type == GemmType::Fp8) {
+    // Uploaded as FP8 only with whole 128-blocks per group (DeviceWeights), so group g's weight scales are block
+    // rows [g·rank/128, …) of the matrix's, and its activation scales block rows [g·group_in/128, …) of x's.
+    const int64_t scale_stride = rank / kFp8Block * d.scale_cols();
+    // Group g's weight scales start g·scale_stride floats in: the FP8 GEMM wants them 16-byte aligned (the
+    // activations' start at (g·group_in/128) times a padded row count, always aligned).
+    const bool scales_aligned = scale_stride % 4 == 0;
+    const GemmType in_type =
+        scales_aligned ? operand_type(d, x.rows, rank, group_in, x.cols, group_in, y.cols) : GemmType::Bf16;
+    const Operand xin = operand(x.data, x.rows, x.cols, in_type);
+    const auto* codes = static_cast<const uint8_t*>(d.data);
+    if (xin.type == GemmType::Fp8) {
+      for (int64_t g = 0; g < groups; ++g)
+        gemm_.fp8(static_cast<const uint8_t*>(xin.data) + g * group_in, x.cols,
+                  xin.scales + g * (group_in / kFp8Block) * fp8_padded_rows(x.rows), codes + g * rank * group_in, group_in,
+                  d.scales + g * scale_stride, y.data + g * rank, y.cols, x.rows, rank, group_in, stream_);
+    } else if (gemv_fp8_applies(xin.data, x.cols, group_in, d.data, group_in, rank * group_in, x.rows, group_in)) {
+      gemv_fp8(static_cast<const __nv_bfloat16*>(xin.data), x.cols, group_in, codes, group_in, rank * group_in,
+               d.scales, d.scale_cols(), scale_stride, y.data, y.cols, rank, x.rows, rank, group_in, groups, stream_);
+    } else {
+      auto* wb = scratch_.alloc<__nv_bfloat16>(d.rows * d.cols);
+      dequantize_fp8(codes, d.scales, d.rows, d.cols, wb, stream_);
+      gemm_.run_batched(GemmType::Bf16, xin.data, x.cols, group_in, wb, group_in, rank * group_in, y.data, y.cols,
+                        rank, x.rows, rank, group_in, groups, stream_);
+    }
+    return y;
+  }
+  const void* xin = operand(x.data, x.rows, x.cols, d.type).data;
   // One strided-batched product: group g reads x's columns [g·in, (g+1)·in) and w's rows [g·rank, (g+1)·rank).
-  if (gemv_applies(type_, xin, x.cols, group_in, d.data, group_in, rank * group_in, x.rows, group_in))
-    gemv(type_, xin, x.cols, group_in, d.data, group_in, rank * group_in, y.data, y.cols, rank, x.rows, rank, group_in,
+  if (gemv_applies(d.type, xin, x.cols, group_in, d.data, group_in, rank * group_in, x.rows, group_in))
+    gemv(d.type, xin, x.cols, group_in, d.data, group_in, rank * group_in, y.data, y.cols, rank, x.rows, rank, group_in,
          groups, stream_);
   else
-    gemm_.run_batched(type_, xin, x.cols, group_in, d.data, group_in, rank * group_in, y.data, y.cols, rank, x.rows,
+    gemm_.run_batched(d.type, xin, x.cols, group_in, d.data, group_in, rank * group_in, y.data, y.cols, rank, x.rows,
                       rank, group_in, groups, stream_);
   return y;
 }
@@ -535,15 +658,22 @@ CudaBackend::Routing CudaBackend::route(const Tensor& logits, const MoeWeights& 
   return r;
 }
 
-void CudaBackend::swiglu_expert(const ExpertWeights& w, const void* x, int64_t m, float* y, double limit) {
+void CudaBackend::swiglu_expert(const ExpertWeights& w, Operand x, int64_t m, float* y, double limit) {
   const DeviceMatrix &w1 = weights_.matrix(w.w1), &w3 = weights_.matrix(w.w3), &w2 = weights_.matrix(w.w2);
+  if (x.type == GemmType::Fp32 && w1.type != GemmType::Fp32)
+    x = operand(static_cast<const float*>(x.data), m, w1.cols, operand_type(w1, m));
+  if (w3.type != w1.type) fail("CUDA experts: w1 and w3 of one expert must have one type");
   float* g = scratch_.alloc<float>(m * w1.rows);
   float* u = scratch_.alloc<float>(m * w3.rows);
-  gemm(x, m, w1, g);
-  gemm(x, m, w3, u);
-  void* h = gemm_operand(m * w1.rows);
-  swiglu(g, u, h, m * w1.rows, static_cast<float>(limit), type_, stream_);
-  gemm(h, m, w2, y);
+  product(x, m, w1, g);
+  product(x, m, w3, u);
+  // FP8 down projections quantize h themselves (operand()), so h is fp32 for them; otherwise their own operand.
+  const GemmType h_type = w2.type == GemmType::Fp8 ? GemmType::Fp32 : w2.type;
+  void* h = gemm_operand(m * w1.rows, h_type);
+  swiglu(g, u, h, m * w1.rows, static_cast<float>(limit), h_type, stream_);
+  Operand hin{h, nullptr, h_type};
+  if (w2.type == GemmType::Fp8) hin = operand(static_cast<const float*>(h), m, w1.rows, operand_type(w2, m));
+  product(hin, m, w2, y);
 }
 
 // Decode-sized steps: routing grouped on the device and two grouped launches (moe.h), no host round trip. Larger
@@ -559,7 +689,9 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
   // (decode up to batch ~256 at 256 experts of top-6), not for prefill.
   const DeviceWeights::ExpertTables* tables = n_experts ? &weights_.experts(w) : nullptr;
   const int64_t slots = k + (tables && tables->with_shared);  // per row: its routed experts, then the shared one
-  if (tables && n * slots <= std::min(kMoePlanMaxPairs, 8 * n_experts) && moe_grouped_supported(type_, d, inter)) {
+  // The grouped kernels' operands: fp32 for fp32 weights, else bf16 (FP8 experts are weight-only there).
+  const GemmType grouped_in = tables && tables->type == GemmType::Fp32 ? GemmType::Fp32 : GemmType::Bf16;
+  if (tables && n * slots <= std::min(kMoePlanMaxPairs, 8 * n_experts) && moe_grouped_supported(tables->type, d, inter)) {
     const int64_t pairs = n * slots, planned = n_experts + tables->with_shared;
     MoePlan plan{scratch_.alloc<int32_t>(pairs),  scratch_.alloc<int32_t>(planned + 1),
                  scratch_.alloc<int32_t>(planned), routed_active_ + routed_experts_.size(),
@@ -567,15 +699,15 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
     routed_experts_.push_back(tables->with_shared ? -2 : -1);  // counted on the device (the shared one too)
     moe_plan(routing.ids, routing.weights, n, k, n_experts, tables->with_shared, plan, stream_);
     const int64_t max_active = std::min(planned, pairs);
-    void* h = gemm_operand(pairs * inter);
-    moe_gate_up(type_, gemm_input(x.data, n * d), plan, max_active, tables->w1, tables->w3, d, inter,
-                static_cast<float>(cfg.swiglu_limit), h, stream_);
+    void* h = gemm_operand(pairs * inter, grouped_in);
+    moe_gate_up(tables->type, operand(x.data, n, d, grouped_in).data, plan, max_active, tables->w1, tables->w3,
+                tables->s1, tables->s3, d, inter, static_cast<float>(cfg.swiglu_limit), h, stream_);
     float* routed = scratch_.alloc<float>(pairs * d);
-    moe_down(type_, h, plan, max_active, tables->w2, inter, d, routed, stream_);
+    moe_down(tables->type, h, plan, max_active, tables->w2, tables->s2, inter, d, routed, stream_);
     float* shared = nullptr;
     if (w.shared && !tables->with_shared) {
       shared = scratch_.alloc<float>(n * d);
-      swiglu_expert(*w.shared, gemm_input(x.data, n * d), n, shared, cfg.swiglu_limit);
+      swiglu_expert(*w.shared, {x.data, nullptr, GemmType::Fp32}, n, shared, cfg.swiglu_limit);
     }
     Tensor out = tensor(n, d);
     moe_combine(shared, routed, plan.slot, plan.slot_weight, out.data, n, slots, d, stream_);
@@ -614,21 +746,24 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
 
   routed_experts_.push_back(std::count_if(rows_of.begin(), rows_of.end(), [](const auto& r) { return !r.empty(); }));
   const int64_t total = static_cast<int64_t>(gather.size());
-  const auto size = static_cast<int64_t>(gemm_type_size(type_));
-  auto* xg = static_cast<char*>(gemm_operand(std::max<int64_t>(1, total) * d));
-  gather_rows(x.data, upload(gather), xg, total, d, type_, stream_);
+  // Rows gathered as the experts' operand (bf16/fp32), or as fp32 for FP8 experts, whose products quantize each
+  // expert's rows themselves.
+  const GemmType routed_type = n_experts ? weights_.matrix(w.experts[0].w1).type : GemmType::Fp32;
+  const GemmType gathered = routed_type == GemmType::Fp8 ? GemmType::Fp32 : routed_type;
+  const auto size = static_cast<int64_t>(gemm_type_size(gathered));
+  auto* xg = static_cast<char*>(gemm_operand(std::max<int64_t>(1, total) * d, gathered));
+  gather_rows(x.data, upload(gather), xg, total, d, gathered, stream_);
   float* routed = scratch_.alloc<float>(std::max<int64_t>(1, total) * d);
   for (int64_t e = 0; e < n_experts; ++e) {
     const int64_t m = start[static_cast<size_t>(e + 1)] - start[static_cast<size_t>(e)];
     if (m == 0) continue;
-    swiglu_expert(w.experts[static_cast<size_t>(e)], xg + start[static_cast<size_t>(e)] * d * size, m,
-                  routed + start[static_cast<size_t>(e)] * d, cfg.swiglu_limit);
+    swiglu_expert(w.experts[static_cast<size_t>(e)], {xg + start[static_cast<size_t>(e)] * d * size, nullptr, gathered},
+                  m, routed + start[static_cast<size_t>(e)] * d, cfg.swiglu_limit);
   }
   float* shared = nullptr;
   if (w.shared) {
-    const void* xin = gemm_input(x.data, n * d);
     shared = scratch_.alloc<float>(n * d);
-    swiglu_expert(*w.shared, xin, n, shared, cfg.swiglu_limit);
+    swiglu_expert(*w.shared, {x.data, nullptr, GemmType::Fp32}, n, shared, cfg.swiglu_limit);
   }
   Tensor out = tensor(n, d);
   moe_combine(shared, routed, upload(slot), upload(slot_weight), out.data, n, k, d, stream_);

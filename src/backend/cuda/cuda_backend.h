@@ -1,6 +1,7 @@
 #pragma once
 // The CUDA backend of the V4 forward (model/deepseek_v4/forward.h): the same ops as CpuBackend, on the GPU.
-// Weights are uploaded once (matrices as bf16, vectors as fp32); activations are fp32 tensors in a per-step scratch
+// Weights are uploaded once (matrices as bf16, fp32 or FP8 — each matrix carries its own type —, vectors as fp32);
+// activations are fp32 tensors in a per-step scratch
 // arena; each sequence's sliding window and compressor buffers live in one device block per sequence, and its
 // compressed entries in the pool's device pages (the host keeps the page lists and counters).
 #include <cuda_bf16.h>
@@ -58,11 +59,17 @@ struct DeviceMatrix {
   const void* data = nullptr;  // [rows, cols] row-major elements of `type`
   int64_t rows = 0, cols = 0;
   GemmType type = GemmType::Bf16;
+  const float* scales = nullptr;  // Fp8: [ceil(rows/128), scale_cols()] block scales, row-major
+  int64_t scale_cols() const { return (cols + 127) / 128; }
   // The address of element `i` (row-major): row or column blocks of the matrix.
   const void* at(int64_t i) const { return static_cast<const char*>(data) + i * static_cast<int64_t>(gemm_type_size(type)); }
 };
 
-// Every tensor of a ModelWeights on the device, looked up by its host address. Matrices are stored as `type`.
+// Every tensor of a ModelWeights on the device, looked up by its host address. Matrices are stored as `type`, except
+// with Fp8: matrices the checkpoint stores as e4m3 with 128×128 block scales are uploaded as stored (codes and
+// scales, no requantization), all others as bf16 — as are the embedding and the head, and any FP8 matrix whose
+// 128-blocks would not line up with how it is used (a row slice off a block boundary; a grouped o-projection whose
+// groups are not whole blocks; routed experts not all FP8).
 class DeviceWeights {
  public:
   DeviceWeights(const model::v4::ModelWeights& w, GemmType type,
@@ -80,6 +87,10 @@ class DeviceWeights {
     const void* const* w1 = nullptr;
     const void* const* w3 = nullptr;
     const void* const* w2 = nullptr;
+    const float* const* s1 = nullptr;  // Fp8: each expert's block scales of w1, w3, w2
+    const float* const* s3 = nullptr;
+    const float* const* s2 = nullptr;
+    GemmType type = GemmType::Bf16;  // every matrix of the tables has it
     bool with_shared = false;
   };
   const ExpertTables& experts(const model::v4::MoeWeights& w) const;
@@ -87,7 +98,9 @@ class DeviceWeights {
   GemmType type() const { return type_; }
 
  private:
-  void add(const WeightRef& w);
+  // Uploads w as FP8 when fp8 allows it and the precision and the stored format do (see above), else as bf16/fp32.
+  void add(const WeightRef& w, bool fp8 = true);
+  bool fp8_storable(const WeightRef& w) const;
   void add(const std::vector<float>& v);
   std::map<const void*, DeviceMatrix> matrices_;
   std::map<const void*, const float*> vectors_;
@@ -183,18 +196,34 @@ class CudaBackend {
   Tensor tensor(int64_t rows, int64_t cols) { return {scratch_.alloc<float>(rows * cols), rows, cols}; }
   template <typename T>
   T* upload(const std::vector<T>& host);
-  // x as a GEMM operand of the weights' element type: a converted copy in scratch (bf16), or x itself (fp32).
-  // One layer feeds the same activations to up to eight projections, so copies are kept until x changes.
-  const void* gemm_input(const float* x, int64_t count);
-  void changed(const float* x) { converted_.erase(x); }  // every op that writes a tensor in place says so
-  void* gemm_operand(int64_t count) { return scratch_.bytes(static_cast<size_t>(count) * gemm_type_size(type_)); }
-  // y = x · wᵀ for x already a GEMM operand, into fp32 y.
-  void gemm(const void* x, int64_t m, const DeviceMatrix& w, float* y);
-  void swiglu_expert(const model::v4::ExpertWeights& w, const void* x, int64_t m, float* y, double limit);
+  // Activations [m, k] as a product's input: fp32 (x itself), bf16, or fp8 codes with per-row-and-128-column scales
+  // [ceil(k/128)][m] (fp8.h).
+  struct Operand {
+    const void* data = nullptr;
+    const float* scales = nullptr;
+    GemmType type = GemmType::Fp32;
+  };
+  // The operand type a product with w at m rows takes: the weights' own for bf16 and fp32; for FP8 weights, fp8
+  // when cuBLASLt's FP8 GEMM takes the shape and m is above GEMV size, else bf16 (weight-only FP8 GEMV, or the
+  // dequantized fallback). n, k, ldx, ldw, ldy describe the product (a group of the grouped projection, say).
+  GemmType operand_type(const DeviceMatrix& w, int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldw, int64_t ldy);
+  GemmType operand_type(const DeviceMatrix& w, int64_t m) {
+    return operand_type(w, m, w.rows, w.cols, w.cols, w.cols, w.rows);
+  }
+  // x [m, k] as an operand of `type`, converted into scratch (or x itself for fp32). One layer feeds the same
+  // activations to up to eight projections, so conversions are kept until x changes.
+  Operand operand(const float* x, int64_t m, int64_t k, GemmType type);
+  void changed(const float* x);  // every op that writes a tensor in place says so
+  void* gemm_operand(int64_t count, GemmType type) {
+    return scratch_.bytes(static_cast<size_t>(count) * gemm_type_size(type));
+  }
+  // y = x · wᵀ into fp32 y, dispatched on w's type (x: an operand of operand_type(w, m)).
+  void product(const Operand& x, int64_t m, const DeviceMatrix& w, float* y);
+  // One SwiGLU expert. x: an operand of the expert's type, or fp32 rows (converted here as each product needs).
+  void swiglu_expert(const model::v4::ExpertWeights& w, Operand x, int64_t m, float* y, double limit);
   const EntryTable& entry_table(int64_t layer, model::v4::CompressorSlot slot) const;
 
   const DeviceWeights& weights_;
-  const GemmType type_;  // the weights' element type; activations are converted to it for every product
   Gemm& gemm_;
   Scratch& scratch_;
   const std::vector<LayerOffsets>& layout_;
@@ -212,7 +241,8 @@ class CudaBackend {
   std::map<int64_t, int64_t> closed_max_;                        // rate → most entries any chunk has after the step
   std::vector<EntryTable> tables_;                               // [layer · 2 + slot]
   std::map<const model::v4::RopeTable*, std::pair<const float*, const float*>> rope_rows_;
-  std::map<const float*, std::pair<int64_t, const void*>> converted_;  // x → (count, operand copy), this layer
+  // (x, operand type) → ((m, k), its operand), this layer
+  std::map<std::pair<const float*, GemmType>, std::pair<std::pair<int64_t, int64_t>, Operand>> converted_;
   // -1: counted on the device (routed_active_), read at end_step; -2: the same, the shared expert among them
   std::vector<int64_t> routed_experts_;
   int32_t* routed_active_ = nullptr;     // [layers] the grouped path's active-expert counts, this step

@@ -10,11 +10,14 @@ namespace strata::model::v4 {
 
 namespace {
 
+cuda::GemmType gemm_type(Precision p) {
+  return p == Precision::Fp32 ? cuda::GemmType::Fp32 : p == Precision::Fp8 ? cuda::GemmType::Fp8 : cuda::GemmType::Bf16;
+}
+
 class CudaRunner : public ForwardRunner {
  public:
   CudaRunner(const Model::Parts& p, Precision precision)
-      : p_(p), weights_(p.w, precision == Precision::Fp32 ? cuda::GemmType::Fp32 : cuda::GemmType::Bf16,
-                 {&p.rope_main.inv_freq, &p.rope_compress.inv_freq}) {
+      : p_(p), weights_(p.w, gemm_type(precision), {&p.rope_main.inv_freq, &p.rope_compress.inv_freq}) {
     // Every sequence's block: per layer its window ring, then each compressor's pending and overlap buffers.
     int64_t at = 0;
     for (const LayerWeights& l : p.w.layers) {

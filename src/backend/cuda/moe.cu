@@ -1,6 +1,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_element.cuh"
@@ -71,19 +72,26 @@ __host__ __device__ constexpr int tokens_per_tile() {
 // One block = one active expert × kRowsPerBlock output channels; each warp owns channels and streams their weight
 // rows once per tile of tokens (a 16-byte vector per lane per step), the tile's operands sitting in shared memory.
 // kGateUp: two matrices (W1, W3) whose outputs meet in the SwiGLU, written as T; otherwise one matrix, fp32 out.
-template <typename T, bool kGateUp>
-__global__ void moe_grouped_kernel(const T* x, bool x_by_row, MoePlan plan, const T* const* wa, const T* const* wb,
-                                   int64_t in, int64_t out_width, float limit, void* out) {
+// Weights W are T itself, or e4m3 codes (uint8_t) with 128×128 block scales (sa/sb: each expert's scale matrix):
+// then a 16-byte vector holds 16 weights, all in one 128-column block, dequantized in registers (weight-only FP8:
+// the operands stay T = bf16).
+template <typename T, typename W, bool kGateUp>
+__global__ void moe_grouped_kernel(const T* x, bool x_by_row, MoePlan plan, const W* const* wa, const W* const* wb,
+                                   const float* const* sa, const float* const* sb, int64_t in, int64_t out_width,
+                                   float limit, void* out) {
+  constexpr bool kFp8 = std::is_same_v<W, uint8_t>;
   constexpr int kTile = tokens_per_tile<T>();
-  constexpr int kVec = static_cast<int>(kVectorBytes / sizeof(T));
+  constexpr int kVec = static_cast<int>(kVectorBytes / sizeof(W));
+  constexpr int kOperandLoads = static_cast<int>(kVec * sizeof(T) / kVectorBytes);
   const int slot = blockIdx.x;
   if (slot >= *plan.n_active) return;
   const int e = plan.active[slot];
   const int p0 = plan.expert_start[e], p1 = plan.expert_start[e + 1];
   extern __shared__ __align__(16) unsigned char staged_bytes[];
   T* staged = reinterpret_cast<T*>(staged_bytes);  // [kTile, in]
-  const T* a = wa[e];
-  const T* b = kGateUp ? wb[e] : nullptr;
+  const W* a = wa[e];
+  const W* b = kGateUp ? wb[e] : nullptr;
+  const int64_t scale_cols = (in + 127) / 128;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   const int64_t n_begin = static_cast<int64_t>(blockIdx.y) * kRowsPerBlock;
   const int64_t n_end = min(n_begin + kRowsPerBlock, out_width);
@@ -98,8 +106,10 @@ __global__ void moe_grouped_kernel(const T* x, bool x_by_row, MoePlan plan, cons
     __syncthreads();
     for (int64_t n = n_begin + warp; n < n_end; n += warps) {
       float acc_a[kTile] = {}, acc_b[kTile] = {};
-      const T* ra = a + n * in;
-      const T* rb = kGateUp ? b + n * in : nullptr;
+      const W* ra = a + n * in;
+      const W* rb = kGateUp ? b + n * in : nullptr;
+      const float* scale_a = kFp8 ? sa[e] + (n / 128) * scale_cols : nullptr;
+      const float* scale_b = kFp8 && kGateUp ? sb[e] + (n / 128) * scale_cols : nullptr;
       // kUnroll weight vectors per matrix in flight per lane: the loop is bound by how many bytes are in flight.
       constexpr int kUnroll = kGateUp ? 2 : 4;
       for (int64_t c0 = static_cast<int64_t>(lane) * kVec; c0 < in; c0 += 32 * kVec * kUnroll) {
@@ -116,18 +126,49 @@ __global__ void moe_grouped_kernel(const T* x, bool x_by_row, MoePlan plan, cons
         for (int u = 0; u < kUnroll; ++u) {
           const int64_t c = c0 + static_cast<int64_t>(u) * 32 * kVec;
           if (c >= in) break;
-          const T* wa_v = reinterpret_cast<const T*>(&va[u]);
-          const T* wb_v = reinterpret_cast<const T*>(&vb[u]);
+          float wa_f[kVec], wb_f[kVec];
+          float s_a = 1.0f, s_b = 1.0f;
+          if constexpr (kFp8) {
+            fp8x16_to_float(va[u], wa_f);
+            s_a = scale_a[c / 128];
+            if constexpr (kGateUp) {
+              fp8x16_to_float(vb[u], wb_f);
+              s_b = scale_b[c / 128];
+            }
+          } else {
+            const W* wa_v = reinterpret_cast<const W*>(&va[u]);
+            const W* wb_v = reinterpret_cast<const W*>(&vb[u]);
+#pragma unroll
+            for (int v = 0; v < kVec; ++v) {
+              wa_f[v] = to_float(wa_v[v]);
+              if constexpr (kGateUp) wb_f[v] = to_float(wb_v[v]);
+            }
+          }
 #pragma unroll
           for (int t = 0; t < kTile; ++t) {
             if (t >= nt) break;
             T xv[kVec];
-            *reinterpret_cast<uint4*>(xv) = *reinterpret_cast<const uint4*>(staged + t * in + c);
 #pragma unroll
-            for (int v = 0; v < kVec; ++v) {
-              const float xf = to_float(xv[v]);
-              acc_a[t] += to_float(wa_v[v]) * xf;
-              if constexpr (kGateUp) acc_b[t] += to_float(wb_v[v]) * xf;
+            for (int l = 0; l < kOperandLoads; ++l)
+              reinterpret_cast<uint4*>(xv)[l] = reinterpret_cast<const uint4*>(staged + t * in + c)[l];
+            if constexpr (kFp8) {
+              // A vector's partial sum, then its block's scale.
+              float part_a = 0.0f, part_b = 0.0f;
+#pragma unroll
+              for (int v = 0; v < kVec; ++v) {
+                const float xf = to_float(xv[v]);
+                part_a += wa_f[v] * xf;
+                if constexpr (kGateUp) part_b += wb_f[v] * xf;
+              }
+              acc_a[t] += s_a * part_a;
+              if constexpr (kGateUp) acc_b[t] += s_b * part_b;
+            } else {
+#pragma unroll
+              for (int v = 0; v < kVec; ++v) {
+                const float xf = to_float(xv[v]);
+                acc_a[t] += wa_f[v] * xf;
+                if constexpr (kGateUp) acc_b[t] += wb_f[v] * xf;
+              }
             }
           }
         }
@@ -154,19 +195,19 @@ __global__ void moe_grouped_kernel(const T* x, bool x_by_row, MoePlan plan, cons
   }
 }
 
-template <typename T, bool kGateUp>
+template <typename T, typename W, bool kGateUp>
 void launch_grouped(const void* x, bool x_by_row, const MoePlan& plan, int64_t max_active, const void* const* wa,
-                    const void* const* wb, int64_t in, int64_t out_width, float limit, void* out,
-                    cudaStream_t stream) {
+                    const void* const* wb, const float* const* sa, const float* const* sb, int64_t in,
+                    int64_t out_width, float limit, void* out, cudaStream_t stream) {
   if (max_active == 0) return;
   const size_t shared = static_cast<size_t>(tokens_per_tile<T>() * in) * sizeof(T);
   if (shared > 48u * 1024u)
-    STRATA_CUDA_CHECK(cudaFuncSetAttribute(moe_grouped_kernel<T, kGateUp>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(shared)));
+    STRATA_CUDA_CHECK(cudaFuncSetAttribute(moe_grouped_kernel<T, W, kGateUp>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
   const dim3 grid(static_cast<unsigned>(max_active), static_cast<unsigned>((out_width + kRowsPerBlock - 1) / kRowsPerBlock));
-  moe_grouped_kernel<T, kGateUp><<<grid, kThreads, shared, stream>>>(
-      static_cast<const T*>(x), x_by_row, plan, reinterpret_cast<const T* const*>(wa),
-      reinterpret_cast<const T* const*>(wb), in, out_width, limit, out);
+  moe_grouped_kernel<T, W, kGateUp><<<grid, kThreads, shared, stream>>>(
+      static_cast<const T*>(x), x_by_row, plan, reinterpret_cast<const W* const*>(wa),
+      reinterpret_cast<const W* const*>(wb), sa, sb, in, out_width, limit, out);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
@@ -195,19 +236,30 @@ bool moe_grouped_supported(GemmType type, int64_t hidden, int64_t inter) {
 }
 
 void moe_gate_up(GemmType type, const void* x, const MoePlan& plan, int64_t max_active, const void* const* w1,
-                 const void* const* w3, int64_t hidden, int64_t inter, float limit, void* h, cudaStream_t stream) {
-  if (type == GemmType::Bf16)
-    launch_grouped<__nv_bfloat16, true>(x, true, plan, max_active, w1, w3, hidden, inter, limit, h, stream);
+                 const void* const* w3, const float* const* s1, const float* const* s3, int64_t hidden, int64_t inter,
+                 float limit, void* h, cudaStream_t stream) {
+  if (type == GemmType::Fp8)
+    launch_grouped<__nv_bfloat16, uint8_t, true>(x, true, plan, max_active, w1, w3, s1, s3, hidden, inter, limit, h,
+                                                 stream);
+  else if (type == GemmType::Bf16)
+    launch_grouped<__nv_bfloat16, __nv_bfloat16, true>(x, true, plan, max_active, w1, w3, nullptr, nullptr, hidden,
+                                                       inter, limit, h, stream);
   else
-    launch_grouped<float, true>(x, true, plan, max_active, w1, w3, hidden, inter, limit, h, stream);
+    launch_grouped<float, float, true>(x, true, plan, max_active, w1, w3, nullptr, nullptr, hidden, inter, limit, h,
+                                       stream);
 }
 
 void moe_down(GemmType type, const void* h, const MoePlan& plan, int64_t max_active, const void* const* w2,
-              int64_t inter, int64_t hidden, float* y, cudaStream_t stream) {
-  if (type == GemmType::Bf16)
-    launch_grouped<__nv_bfloat16, false>(h, false, plan, max_active, w2, nullptr, inter, hidden, 0.0f, y, stream);
+              const float* const* s2, int64_t inter, int64_t hidden, float* y, cudaStream_t stream) {
+  if (type == GemmType::Fp8)
+    launch_grouped<__nv_bfloat16, uint8_t, false>(h, false, plan, max_active, w2, nullptr, s2, nullptr, inter, hidden,
+                                                  0.0f, y, stream);
+  else if (type == GemmType::Bf16)
+    launch_grouped<__nv_bfloat16, __nv_bfloat16, false>(h, false, plan, max_active, w2, nullptr, nullptr, nullptr,
+                                                        inter, hidden, 0.0f, y, stream);
   else
-    launch_grouped<float, false>(h, false, plan, max_active, w2, nullptr, inter, hidden, 0.0f, y, stream);
+    launch_grouped<float, float, false>(h, false, plan, max_active, w2, nullptr, nullptr, nullptr, inter, hidden, 0.0f,
+                                        y, stream);
 }
 
 }  // namespace strata::cuda

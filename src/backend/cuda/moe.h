@@ -31,17 +31,21 @@ constexpr int64_t kMoePlanMaxPairs = 4096;
 void moe_plan(const int32_t* ids, const float* weights, int64_t rows, int64_t k, int64_t experts, bool shared_expert,
               const MoePlan& plan, cudaStream_t stream);
 
-// True when the grouped kernels take these widths (whole 16-byte vectors per row).
+// True when the grouped kernels take these widths (whole 16-byte vectors per row) for weights of `type`.
 bool moe_grouped_supported(GemmType type, int64_t hidden, int64_t inter);
 
 // h[p] = silu(min(W1_e·x, L)) · clamp(W3_e·x, −L, L) for x = x[pair_row[p]], every pair p of every active expert e.
-// x [rows, hidden] and h [pairs, inter] are GEMM operands of `type`; w1/w3 are device tables of each expert's
-// [inter, hidden] matrix. `max_active` bounds the active experts (min(experts, pairs)): the grid's size.
+// `type` is the weights': w1/w3 are device tables of each expert's [inter, hidden] matrix, and for Fp8 s1/s3 the
+// tables of their 128×128 block scales (else null). x [rows, hidden] and h [pairs, inter] are GEMM operands of
+// `type`, bf16 for Fp8 weights (weight-only FP8). `max_active` bounds the active experts (min(experts, pairs)):
+// the grid's size.
 void moe_gate_up(GemmType type, const void* x, const MoePlan& plan, int64_t max_active, const void* const* w1,
-                 const void* const* w3, int64_t hidden, int64_t inter, float limit, void* h, cudaStream_t stream);
+                 const void* const* w3, const float* const* s1, const float* const* s3, int64_t hidden, int64_t inter,
+                 float limit, void* h, cudaStream_t stream);
 
-// y[p] = W2_e · h[p] (fp32) for every pair p of every active expert e; w2 holds [hidden, inter] matrices.
+// y[p] = W2_e · h[p] (fp32) for every pair p of every active expert e; w2 holds [hidden, inter] matrices (s2
+// their scales for Fp8).
 void moe_down(GemmType type, const void* h, const MoePlan& plan, int64_t max_active, const void* const* w2,
-              int64_t inter, int64_t hidden, float* y, cudaStream_t stream);
+              const float* const* s2, int64_t inter, int64_t hidden, float* y, cudaStream_t stream);
 
 }  // namespace strata::cuda

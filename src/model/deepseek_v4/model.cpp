@@ -22,10 +22,13 @@ const char* device_name(Device d) { return d == Device::Cuda ? "cuda" : "cpu"; }
 Precision parse_precision(const std::string& name) {
   if (name == "bf16") return Precision::Bf16;
   if (name == "fp32") return Precision::Fp32;
-  fail("unknown precision '", name, "' (expected bf16 or fp32)");
+  if (name == "fp8") return Precision::Fp8;
+  fail("unknown precision '", name, "' (expected bf16, fp32 or fp8)");
 }
 
-const char* precision_name(Precision p) { return p == Precision::Fp32 ? "fp32" : "bf16"; }
+const char* precision_name(Precision p) {
+  return p == Precision::Fp32 ? "fp32" : p == Precision::Fp8 ? "fp8" : "bf16";
+}
 
 bool cuda_available() {
 #ifdef STRATA_WITH_CUDA

@@ -19,9 +19,12 @@ enum class Device { Cpu, Cuda };
 // The arithmetic of a GPU backend's matrix products. Bf16: weights and activations rounded to bf16, fp32
 // accumulation (the product). Fp32: fp32 weights and activations, fp32 arithmetic — the CPU reference's numbers up
 // to summation order, so whole-model checks can demand agreement even where a discrete choice (the indexer's
-// top-k, the router's top-k) sits on a near-tie that bf16 rounding would flip. The CPU backend is always fp32.
-enum class Precision { Bf16, Fp32 };
-Precision parse_precision(const std::string& name);  // "bf16" or "fp32"
+// top-k, the router's top-k) sits on a near-tie that bf16 rounding would flip. Fp8: matrices the checkpoint stores
+// as e4m3 with 128×128 block scales stay so on the device (half the bytes of bf16); prefill-sized products quantize
+// their activations per row and 128 columns to e4m3 (DeepSeek's recipe), decode-sized ones dequantize the weights
+// in registers against bf16 activations; every other matrix is bf16. The CPU backend is always fp32.
+enum class Precision { Bf16, Fp32, Fp8 };
+Precision parse_precision(const std::string& name);  // "bf16", "fp32" or "fp8"
 const char* precision_name(Precision p);
 // "cpu" or "cuda"; anything else is an error naming the value. "cuda" in a build without CUDA is an error too.
 Device parse_device(const std::string& name);
