@@ -13,6 +13,8 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/fp8.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/moe.h"
+#include "backend/cuda/moe_mma.h"
 #include "backend/cuda/ops.h"
 #include "core/dtype.h"
 
@@ -161,6 +163,90 @@ void check_gemm_fp32(strata::cuda::Gemm& gemm, int64_t m, int64_t n, int64_t k) 
   dy.fill_bytes(0xff);
   gemm.run(strata::cuda::GemmType::Fp32, dx.data(), k, dw.data(), k, dy.data(), n, m, n, k, nullptr);
   report("gemm_fp32", std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k), rel_error(dy.download(), ref.v), 1e-6);
+}
+
+// The tensor-core grouped experts (moe_mma.h) against the CPU: `rows` rows routed to `k` distinct experts of
+// `experts`, plus the shared expert (number `experts`, every row), so that one expert holds more tokens than a pass
+// takes (64) and widths leave partial channel blocks and operand slices. The reference multiplies the same bf16
+// values in double and rounds h to bf16 as the kernel stores it; a last-ulp difference of h shows at ~1e-4.
+void check_moe_mma(int64_t rows, int64_t k, int64_t experts, int64_t hidden, int64_t inter) {
+  namespace sc = strata::cuda;
+  auto bf16_values = [](std::vector<float> v, std::vector<uint16_t>& bits) {
+    bits.resize(v.size());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = strata::bf16_to_f32(bits[i] = strata::f32_to_bf16(v[i]));
+    return v;
+  };
+  const int64_t all = experts + 1;  // with the shared expert
+  std::vector<std::vector<uint16_t>> w1b(all), w3b(all), w2b(all);
+  std::vector<std::vector<float>> w1(all), w3(all), w2(all);
+  for (int64_t e = 0; e < all; ++e) {
+    w1[e] = bf16_values(randn(static_cast<size_t>(inter * hidden), 0.06f), w1b[e]);
+    w3[e] = bf16_values(randn(static_cast<size_t>(inter * hidden), 0.06f), w3b[e]);
+    w2[e] = bf16_values(randn(static_cast<size_t>(hidden * inter), 0.08f), w2b[e]);
+  }
+  std::vector<uint16_t> xb;
+  const std::vector<float> x = bf16_values(randn(static_cast<size_t>(rows * hidden)), xb);
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<int32_t> pick(static_cast<size_t>(experts));
+    for (int64_t e = 0; e < experts; ++e) pick[static_cast<size_t>(e)] = static_cast<int32_t>(e);
+    std::shuffle(pick.begin(), pick.end(), rng);
+    for (int64_t j = 0; j < k; ++j) ids.push_back(pick[static_cast<size_t>(j)]), weights.push_back(0.5f);
+  }
+  std::vector<DeviceBuffer<uint16_t>> d1, d3, d2;
+  std::vector<const void*> t1, t3, t2;
+  for (int64_t e = 0; e < all; ++e) {
+    d1.emplace_back(w1b[e]), d3.emplace_back(w3b[e]), d2.emplace_back(w2b[e]);
+    t1.push_back(d1.back().data()), t3.push_back(d3.back().data()), t2.push_back(d2.back().data());
+  }
+  DeviceBuffer<const void*> dt1(t1), dt3(t3), dt2(t2);
+  DeviceBuffer<uint16_t> dx(xb);
+  DeviceBuffer<int32_t> dids(ids);
+  DeviceBuffer<float> dweights(weights);
+  const int64_t pairs = rows * (k + 1);
+  DeviceBuffer<int32_t> pair_row(static_cast<size_t>(pairs)), start(static_cast<size_t>(all + 1)),
+      active(static_cast<size_t>(all)), n_active(1), slot(static_cast<size_t>(pairs));
+  DeviceBuffer<float> slot_weight(static_cast<size_t>(pairs));
+  const sc::MoePlan plan{pair_row.data(), start.data(), active.data(), n_active.data(), slot.data(), slot_weight.data()};
+  sc::moe_plan(dids.data(), dweights.data(), rows, k, experts, true, plan, nullptr);
+  DeviceBuffer<uint16_t> dh(static_cast<size_t>(pairs * inter));
+  DeviceBuffer<float> dy(static_cast<size_t>(pairs * hidden));
+  const float limit = 2.5f;
+  auto run = [&](sc::MoeMmaShape shape) {
+    dh.fill_bytes(0xff), dy.fill_bytes(0xff);
+    sc::moe_gate_up_mma(reinterpret_cast<const __nv_bfloat16*>(dx.data()), plan, all, dt1.data(), dt3.data(), hidden,
+                        inter, limit, reinterpret_cast<__nv_bfloat16*>(dh.data()), nullptr, shape);
+    sc::moe_down_mma(reinterpret_cast<const __nv_bfloat16*>(dh.data()), plan, all, dt2.data(), inter, hidden,
+                     dy.data(), nullptr, shape);
+    return dy.download();
+  };
+  const std::vector<int32_t> rows_of = pair_row.download(), first = start.download();
+  std::vector<float> ref(static_cast<size_t>(pairs * hidden));
+  for (int64_t e = 0; e < all; ++e)
+    for (int32_t p = first[static_cast<size_t>(e)]; p < first[static_cast<size_t>(e) + 1]; ++p) {
+      const float* xr = x.data() + rows_of[static_cast<size_t>(p)] * hidden;
+      std::vector<float> h(static_cast<size_t>(inter));
+      for (int64_t n = 0; n < inter; ++n) {
+        double g = 0, u = 0;
+        for (int64_t c = 0; c < hidden; ++c) {
+          g += static_cast<double>(w1[e][static_cast<size_t>(n * hidden + c)]) * xr[c];
+          u += static_cast<double>(w3[e][static_cast<size_t>(n * hidden + c)]) * xr[c];
+        }
+        const float gf = std::min(static_cast<float>(g), limit), uf = std::clamp(static_cast<float>(u), -limit, limit);
+        h[static_cast<size_t>(n)] = strata::bf16_to_f32(strata::f32_to_bf16(gf / (1.0f + std::exp(-gf)) * uf));
+      }
+      for (int64_t o = 0; o < hidden; ++o) {
+        double acc = 0;
+        for (int64_t n = 0; n < inter; ++n) acc += static_cast<double>(w2[e][static_cast<size_t>(o * inter + n)]) * h[static_cast<size_t>(n)];
+        ref[static_cast<size_t>(p * hidden + o)] = static_cast<float>(acc);
+      }
+    }
+  for (const sc::MoeMmaShape shape : sc::moe_mma_shapes())
+    report("moe_mma " + std::to_string(shape.token_tiles) + "x" + std::to_string(shape.warps),
+           std::to_string(rows) + " rows top-" + std::to_string(k) + "/" + std::to_string(experts) + "+1 " +
+               std::to_string(hidden) + "x" + std::to_string(inter),
+           rel_error(run(shape), ref), 1e-3);
 }
 
 // --- FP8 ---------------------------------------------------------------------------------------------------------
@@ -361,6 +447,8 @@ int main() {
     check_gemv_fp8(8, 4096, 1024, 1);
     check_gemv_fp8(5, 32, 64, 1);
     check_gemv_fp8(2, 1024, 4096, 8);
+    check_moe_mma(100, 2, 8, 256, 144);
+    check_moe_mma(3, 6, 16, 512, 64);
     STRATA_CUDA_CHECK(cudaDeviceSynchronize());
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());

@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/moe_mma.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -700,10 +701,18 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
     moe_plan(routing.ids, routing.weights, n, k, n_experts, tables->with_shared, plan, stream_);
     const int64_t max_active = std::min(planned, pairs);
     void* h = gemm_operand(pairs * inter, grouped_in);
-    moe_gate_up(tables->type, operand(x.data, n, d, grouped_in).data, plan, max_active, tables->w1, tables->w3,
-                tables->s1, tables->s3, d, inter, static_cast<float>(cfg.swiglu_limit), h, stream_);
+    const void* xg = operand(x.data, n, d, grouped_in).data;
     float* routed = scratch_.alloc<float>(pairs * d);
-    moe_down(tables->type, h, plan, max_active, tables->w2, tables->s2, inter, d, routed, stream_);
+    if (tables->type == GemmType::Bf16 && moe_mma_supported(d, inter) && moe_mma_pays(pairs, planned)) {
+      // Many tokens per expert: tensor cores (moe_mma.h), the weights streamed once per 32 tokens.
+      moe_gate_up_mma(static_cast<const __nv_bfloat16*>(xg), plan, max_active, tables->w1, tables->w3, d, inter,
+                      static_cast<float>(cfg.swiglu_limit), static_cast<__nv_bfloat16*>(h), stream_);
+      moe_down_mma(static_cast<const __nv_bfloat16*>(h), plan, max_active, tables->w2, inter, d, routed, stream_);
+    } else {
+      moe_gate_up(tables->type, xg, plan, max_active, tables->w1, tables->w3, tables->s1, tables->s3, d, inter,
+                  static_cast<float>(cfg.swiglu_limit), h, stream_);
+      moe_down(tables->type, h, plan, max_active, tables->w2, tables->s2, inter, d, routed, stream_);
+    }
     float* shared = nullptr;
     if (w.shared && !tables->with_shared) {
       shared = scratch_.alloc<float>(n * d);
