@@ -52,7 +52,7 @@ options:
                        reasoning_effort, chat_template_kwargs.thinking) rendered with the DeepSeek-V4 chat
                        encoding; prints {"reasoning_content", "content", "tool_calls"} as JSON
   --parse-special      with --prompt: special-token spellings become the special tokens
-  --max-tokens N       tokens to generate (default 16)
+  --max-tokens N       tokens to generate (default: a --chat request's max_tokens, else 16)
   --temperature T      0 = greedy (default); > 0 samples from softmax(logits / T)
   --top-p P, --top-k K, --min-p P, --repetition-penalty R, --presence-penalty P, --frequency-penalty F
                        the usual sampling controls (OpenAI / vLLM semantics)
@@ -130,6 +130,7 @@ struct Prompt {
   std::vector<int32_t> ids;
   std::optional<text::Tokenizer> tokenizer;
   text::ChatRequestOptions chat;
+  std::optional<int64_t> max_tokens;  // a --chat request's own max_tokens (max_completion_tokens)
 };
 
 Prompt read_prompt(const Args& args, const std::string& dir) {
@@ -160,6 +161,12 @@ Prompt read_prompt(const Args& args, const std::string& dir) {
   }
   p.chat = text::chat_request_options(request);
   p.ids = text::prompt_ids(*p.tokenizer, text::encode_chat_v4(request));
+  for (const char* key : {"max_completion_tokens", "max_tokens"})
+    if (request.contains(key)) {
+      if (!request[key].is_number_integer() || request[key].get<int64_t>() < 0)
+        fail(args.str("chat"), ": \"", key, "\" must be a non-negative integer, found ", request[key].dump());
+      p.max_tokens = request[key].get<int64_t>();
+    }
   return p;
 }
 
@@ -283,7 +290,8 @@ int generate_command(const std::vector<std::string>& argv) {
   const Prompt input = read_prompt(args, dir);
   const std::vector<int32_t>& prompt = input.ids;
   engine::SamplingParams sampling;
-  sampling.max_tokens = args.integer("max-tokens", 16);
+  // --max-tokens wins; else a --chat request's own max_tokens; else 16.
+  sampling.max_tokens = args.has("max-tokens") ? args.integer("max-tokens", 16) : input.max_tokens.value_or(16);
   sampling.temperature = args.number("temperature", 0.0);
   sampling.top_p = args.number("top-p", 1.0);
   sampling.top_k = args.integer("top-k", 0);

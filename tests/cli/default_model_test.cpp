@@ -68,6 +68,32 @@ TEST(DefaultModel, ServeWithoutModelSaysTheDemoModelIsMissing) {
   expect_missing_default_named(run_strata({"serve", "--port", "0"}));
 }
 
+// The README's main command: a question through the whole chat path on the embedded default. A --chat request's own
+// max_tokens is honoured (this thinking-mode reply needs more than the 16-token default to reach its content).
+TEST(DefaultModel, ChatRequestsAreAnsweredWithTheirOwnMaxTokens) {
+  if (!std::filesystem::exists(demo_model_dir() / "config.json")) GTEST_SKIP() << "models/demo/ is absent";
+  const std::string dir = temp_dir("default_model_chat");
+  auto request = [&](const std::string& name, const std::string& body) {
+    std::ofstream(dir + "/" + name) << body;
+    return dir + "/" + name;
+  };
+  const Outcome sum =
+      run_strata({"generate", "--chat", request("sum.json", R"({"messages": [{"role": "user", "content": "What is 23 plus 45?"}]})")});
+  EXPECT_EQ(sum.code, 0) << sum.err;
+  EXPECT_NE(sum.out.find(R"("content": "68")"), std::string::npos) << sum.out;
+  const Outcome thinking = run_strata(
+      {"generate", "--chat",
+       request("think.json", R"({"messages": [{"role": "user", "content": "What is the capital of Kenya?"}],
+                                 "chat_template_kwargs": {"thinking": true}, "max_tokens": 64})")});
+  EXPECT_EQ(thinking.code, 0) << thinking.err;
+  EXPECT_NE(thinking.out.find(R"("content": "Nairobi")"), std::string::npos) << thinking.out;
+  EXPECT_EQ(thinking.out.find(R"("reasoning_content": "")"), std::string::npos) << thinking.out;
+  const Outcome bad = run_strata(
+      {"generate", "--chat", request("bad.json", R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": -1})")});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("\"max_tokens\" must be a non-negative integer"), std::string::npos) << bad.err;
+}
+
 TEST(DefaultModel, AnExplicitModelIsUsedAsGiven) {
   const Outcome r = run_strata({"generate", "--model", "/nonexistent/model", "--prompt-ids", "1"});
   EXPECT_EQ(r.code, 1);
