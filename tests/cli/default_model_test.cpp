@@ -1,8 +1,6 @@
 // `strata generate` / `strata serve` without --model use the embedded default, the demo model in models/demo/
 // (src/cli/default_model.h). Without that folder they fail with an error that says what is missing and how to get
 // it; with it, generate runs on it.
-#include <sys/wait.h>
-
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -11,32 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "cli/run_strata.h"
 #include "test_util.h"
 
 namespace strata::test {
 namespace {
-
-struct Outcome {
-  int code = -1;
-  std::string out, err;
-};
-
-Outcome run_strata(const std::vector<std::string>& args) {
-  const std::string dir = temp_dir("default_model_run");
-  std::string cmd = std::string("'") + STRATA_BINARY + "'";
-  for (const std::string& a : args) cmd += " '" + a + "'";
-  cmd += " 2>'" + dir + "/err'";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  Outcome r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(dir + "/err");
-  r.err.assign(std::istreambuf_iterator<char>(err), std::istreambuf_iterator<char>());
-  return r;
-}
 
 // The repository's models/demo/ (the tests run from a build of this source tree).
 std::filesystem::path demo_model_dir() {

@@ -1,7 +1,5 @@
 // `strata generate --input` as a process: a results file in input order, progress lines and the summary on a
 // non-terminal stderr, stdout as the output, and errors in the options.
-#include <sys/wait.h>
-
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -10,34 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "cli/run_strata.h"
 #include "server/served_model.h"
 
 namespace strata::test {
 namespace {
 
 using nlohmann::json;
-
-// Runs the strata binary; returns its exit code, stdout and stderr.
-struct Outcome {
-  int code = -1;
-  std::string out, err;
-};
-Outcome run(const std::vector<std::string>& args) {
-  const std::string dir = temp_dir("offline_cli_run");
-  std::string cmd = std::string("'") + STRATA_BINARY + "'";
-  for (const std::string& a : args) cmd += " '" + a + "'";
-  cmd += " 2>'" + dir + "/err'";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  Outcome r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(dir + "/err");
-  r.err.assign(std::istreambuf_iterator<char>(err), std::istreambuf_iterator<char>());
-  return r;
-}
 
 std::vector<json> parse_lines(const std::string& text) {
   std::vector<json> out;
@@ -47,17 +24,17 @@ std::vector<json> parse_lines(const std::string& text) {
 }
 
 TEST(OfflineCommand, HelpAndBadOptions) {
-  const Outcome help = run({"generate", "--input", "x", "--help"});
+  const Outcome help = run_strata({"generate", "--input", "x", "--help"});
   EXPECT_EQ(help.code, 0);
   EXPECT_NE(help.out.find("offline batch inference"), std::string::npos);
   EXPECT_NE(help.out.find("example:"), std::string::npos);
-  const Outcome missing = run({"generate", "--model", "/nonexistent", "--input", "/nonexistent/requests.jsonl", "--output", "-"});
+  const Outcome missing = run_strata({"generate", "--model", "/nonexistent", "--input", "/nonexistent/requests.jsonl", "--output", "-"});
   EXPECT_EQ(missing.code, 1);
   EXPECT_NE(missing.err.find("option --input: cannot read '/nonexistent/requests.jsonl'"), std::string::npos) << missing.err;
-  const Outcome no_output = run({"generate", "--model", "/nonexistent", "--input", "/dev/null"});
+  const Outcome no_output = run_strata({"generate", "--model", "/nonexistent", "--input", "/dev/null"});
   EXPECT_EQ(no_output.code, 1);
   EXPECT_NE(no_output.err.find("--output"), std::string::npos) << no_output.err;
-  const Outcome seqs = run({"generate", "--model", "/nonexistent", "--input", "-", "--output", "-", "--max-num-seqs", "0"});
+  const Outcome seqs = run_strata({"generate", "--model", "/nonexistent", "--input", "-", "--output", "-", "--max-num-seqs", "0"});
   EXPECT_EQ(seqs.code, 1);
   EXPECT_NE(seqs.err.find("--max-num-seqs: expected a positive integer"), std::string::npos) << seqs.err;
 }
@@ -71,7 +48,7 @@ TEST(OfflineCommand, WritesResultsProgressAndSummary) {
       in << json{{"custom_id", i}, {"prompt", {5 + i, 6, 7}}, {"max_tokens", 4 + i}, {"ignore_eos", true}}.dump() << "\n";
     in << R"({"custom_id": "bad", "prompt": [5], "temperature": -1})" << "\n";
   }
-  const Outcome r = run({"generate", "--model", served_model_dir(), "--input", dir + "/requests.jsonl", "--output",
+  const Outcome r = run_strata({"generate", "--model", served_model_dir(), "--input", dir + "/requests.jsonl", "--output",
                      dir + "/results.jsonl", "--max-num-seqs", "4", "--progress-interval", "0.001", "--summary",
                      dir + "/summary.json"});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -102,7 +79,7 @@ TEST(OfflineCommand, WritesResultsProgressAndSummary) {
   EXPECT_GT(summary["engine"]["model_seconds"].get<double>(), 0);
 
   // "-" writes the records to stdout.
-  const Outcome to_stdout = run({"generate", "--model", served_model_dir(), "--input", dir + "/requests.jsonl", "--output", "-"});
+  const Outcome to_stdout = run_strata({"generate", "--model", served_model_dir(), "--input", dir + "/requests.jsonl", "--output", "-"});
   ASSERT_EQ(to_stdout.code, 0) << to_stdout.err;
   EXPECT_EQ(parse_lines(to_stdout.out).size(), 13u);
 }
