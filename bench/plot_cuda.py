@@ -24,8 +24,11 @@ def title(run):
     if "dtype" in c:
         model += f', {c["dtype"]} weights'
         per_param = d.get("weight_bytes_per_param")
+        if isinstance(per_param, dict):  # newer runs: {layer_matrices, embedding_and_head}
+            per_param = per_param.get("layer_matrices")
         if per_param:  # what the device actually stores may differ from what was generated
-            model += f' ({ {1.0: "fp8", 2.0: "bf16", 4.0: "fp32"}.get(per_param, f"{per_param} B/param") } on the device)'
+            stored = "fp8" if per_param < 1.5 else {2.0: "bf16", 4.0: "fp32"}.get(per_param, f"{per_param} B/param")
+            model += f" ({stored} on the device)"
     device = d.get("gpu") or d.get("cpu", "?")
     return f'{model} on {device} ({run.get("date", "")[:10]}, {str(run.get("commit", ""))[:8]})'
 

@@ -28,7 +28,7 @@ namespace {
 TEST(StepFloor, TinyDecodeStepByHand) {
   const model::ModelConfig c = model::v4::preset_config("tiny");
   // One sequence with 256 tokens of context decodes one token; each layer ran its 2 experts.
-  const bench::StepWork w = bench::step_floor(c, {{256, 1}}, {2, 2, 2, 2}, 2.0);
+  const bench::StepWork w = bench::step_floor(c, {{256, 1}}, {2, 2, 2, 2}, {2.0, 2.0});
   // Weights: (225280 + 32768)·2 + 4 layers · 2 experts · 6144 · 2 + one embedding row 64·2
   //          + (60288 + 1093)·4 + the hash layer's tid2eid row 2·4 = 516096 + 98304 + 128 + 245524 + 8.
   EXPECT_DOUBLE_EQ(w.weight_bytes, 860060);
@@ -45,24 +45,43 @@ TEST(StepFloor, TinyDecodeStepByHand) {
 
 TEST(StepFloor, BatchSharesWeightsNotState) {
   const model::ModelConfig c = model::v4::preset_config("tiny");
-  const bench::StepWork one = bench::step_floor(c, {{256, 1}}, {2, 2, 2, 2}, 2.0);
-  const bench::StepWork two = bench::step_floor(c, {{256, 1}, {256, 1}}, {2, 2, 2, 2}, 2.0);
+  const bench::StepWork one = bench::step_floor(c, {{256, 1}}, {2, 2, 2, 2}, {2.0, 2.0});
+  const bench::StepWork two = bench::step_floor(c, {{256, 1}, {256, 1}}, {2, 2, 2, 2}, {2.0, 2.0});
   // A second sequence reads its own state and its embedding row and tid2eid row, not the weights again.
   EXPECT_DOUBLE_EQ(two.state_bytes, 2 * one.state_bytes);
   EXPECT_DOUBLE_EQ(two.weight_bytes, one.weight_bytes + 64 * 2 + 2 * 4);
   EXPECT_DOUBLE_EQ(two.flops, 2 * one.flops);
   // Routed experts count by use: 3 more distinct experts in layer 1 cost 3 · 6144 · 2 bytes.
-  const bench::StepWork more = bench::step_floor(c, {{256, 1}, {256, 1}}, {2, 5, 2, 2}, 2.0);
+  const bench::StepWork more = bench::step_floor(c, {{256, 1}, {256, 1}}, {2, 5, 2, 2}, {2.0, 2.0});
   EXPECT_DOUBLE_EQ(more.weight_bytes - two.weight_bytes, 3 * 6144 * 2);
 }
 
 TEST(StepFloor, PrefillChunkAttendsCausally) {
   const model::ModelConfig c = model::v4::preset_config("tiny", 1);  // one sliding layer
   // 4 fresh tokens: query p sees p + 1 keys, 1 + 2 + 3 + 4 = 10 keys · 1024 FLOPs; no state before the chunk.
-  const bench::StepWork w = bench::step_floor(c, {{0, 4}}, {2}, 2.0);
+  const bench::StepWork w = bench::step_floor(c, {{0, 4}}, {2}, {2.0, 2.0});
   EXPECT_DOUBLE_EQ(w.state_bytes, 0);
   const double matrices = 33280 + 2 * 6144, mhc = 12288;
   EXPECT_DOUBLE_EQ(w.flops, 2 * (matrices + mhc) * 4 + 10 * 1024 + 2 * (32768 + 1024));
+}
+
+// FP8 weights: the layers' matrices at 1 byte plus a 4-byte scale per 128×128 block, the ends (embedding rows and
+// vocabulary head) still bf16; fp32 doubles everything. Only the weight bytes change, not state or FLOPs.
+TEST(StepFloor, WeightBytesFollowTheDevicePrecision) {
+  const model::ModelConfig c = model::v4::preset_config("tiny");
+  const bench::WeightBytes fp8 = bench::device_weight_bytes("fp8");
+  EXPECT_DOUBLE_EQ(fp8.matrix, 1.0 + 4.0 / 16384.0);
+  EXPECT_DOUBLE_EQ(fp8.ends, 2.0);
+  const bench::StepWork bf16 = bench::step_floor(c, {{256, 1}}, {2, 2, 2, 2}, bench::device_weight_bytes("bf16"));
+  const bench::StepWork f8 = bench::step_floor(c, {{256, 1}}, {2, 2, 2, 2}, fp8);
+  // Layer matrices and experts: 225280 + 4 · 2 · 6144 = 274432 parameters (the by-hand test above), the head
+  // 32768 and one embedding row 64 stay at 2 bytes.
+  EXPECT_DOUBLE_EQ(bf16.weight_bytes - f8.weight_bytes, 274432 * (2.0 - fp8.matrix));
+  EXPECT_DOUBLE_EQ(f8.state_bytes, bf16.state_bytes);
+  EXPECT_DOUBLE_EQ(f8.flops, bf16.flops);
+  const bench::StepWork f32 = bench::step_floor(c, {{256, 1}}, {2, 2, 2, 2}, bench::device_weight_bytes("fp32"));
+  EXPECT_DOUBLE_EQ(f32.weight_bytes - bf16.weight_bytes, (274432 + 32768 + 64) * 2.0);
+  EXPECT_THROW(bench::device_weight_bytes("fp4"), Error);
 }
 
 TEST(StepFloor, FloorIsTheSlowerOfMemoryAndCompute) {
@@ -74,7 +93,7 @@ TEST(StepFloor, FloorIsTheSlowerOfMemoryAndCompute) {
 }
 
 TEST(StepFloor, RejectsRoutedCountsOfTheWrongLength) {
-  EXPECT_THROW(bench::step_floor(model::v4::preset_config("tiny"), {{0, 1}}, {2, 2}, 2.0), Error);
+  EXPECT_THROW(bench::step_floor(model::v4::preset_config("tiny"), {{0, 1}}, {2, 2}, {2.0, 2.0}), Error);
 }
 
 }  // namespace

@@ -73,10 +73,15 @@ QueryAttention query_attention(const ModelConfig& c, int64_t layer, int64_t pos)
 
 }  // namespace
 
-double device_weight_bytes_per_param() { return 2.0; }
+WeightBytes device_weight_bytes(const std::string& precision) {
+  if (precision == "bf16") return {2.0, 2.0};
+  if (precision == "fp32") return {4.0, 4.0};
+  if (precision == "fp8") return {1.0 + 4.0 / (128.0 * 128.0), 2.0};
+  fail("step floor: unknown weight precision '", precision, "' (expected bf16, fp32 or fp8)");
+}
 
 StepWork step_floor(const ModelConfig& c, const std::vector<SequenceStep>& sequences,
-                    const std::vector<int64_t>& routed_experts, double bytes_per_param) {
+                    const std::vector<int64_t>& routed_experts, const WeightBytes& bytes_per_param) {
   if (static_cast<int64_t>(routed_experts.size()) != c.num_hidden_layers)
     fail("step floor: routed experts for ", routed_experts.size(), " layers, expected ", c.num_hidden_layers);
   const double d = static_cast<double>(c.hidden_size), hd = static_cast<double>(c.head_dim),
@@ -89,13 +94,14 @@ StepWork step_floor(const ModelConfig& c, const std::vector<SequenceStep>& seque
 
   StepWork w;
   // The ends: embedding rows of the step's tokens (a gather), the final norm and HyperHead, the vocabulary head.
-  w.weight_bytes += tokens * d * bytes_per_param + (d + hc * hc * d + hc + 1) * kF32 + vocab * d * bytes_per_param;
+  w.weight_bytes +=
+      tokens * d * bytes_per_param.ends + (d + hc * hc * d + hc + 1) * kF32 + vocab * d * bytes_per_param.ends;
   w.flops += logit_rows * 2 * (vocab * d + hc * hc * d);
   double per_token_params = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights lw = layer_weights(c, l);
     const double routed = static_cast<double>(routed_experts[static_cast<size_t>(l)]);
-    w.weight_bytes += (lw.matrix_params + routed * expert_params) * bytes_per_param + lw.vector_floats * kF32;
+    w.weight_bytes += (lw.matrix_params + routed * expert_params) * bytes_per_param.matrix + lw.vector_floats * kF32;
     if (c.mlp_layer_types[static_cast<size_t>(l)] == MlpType::HashMoe) w.weight_bytes += tokens * topk * 4;  // int32
     per_token_params += lw.matrix_params + lw.hc_params + topk * expert_params;
     const AttentionType type = c.layer_types[static_cast<size_t>(l)];

@@ -66,7 +66,7 @@ options:
   --out FILE           write the JSON here (default: print it)
 
 JSON: device {backend, cpu, threads, gpu; on cuda also copy_bandwidth_gbs (device-to-device copy, bytes read +
-written per second), bf16_gemm_tflops (cuBLASLt 8192³), weight_bytes_per_param (matrix storage on the device)},
+written per second), bf16_gemm_tflops (cuBLASLt 8192³), weight_bytes_per_param {layer_matrices, embedding_and_head}: bytes per parameter as stored on the device},
 date, commit, config {model, source checkpoint|random, preset/dtype/seed, weights_seconds (random weights made),
 model_seconds (model built, weights uploaded), shapes, options}, prefill and decode (the single-sequence run),
 prefill_lengths [{tokens, chunk, seconds_median, tokens_per_s, floor fields}], batched_decode [{context,
@@ -164,7 +164,8 @@ struct FloorSum {
   void add(const model::v4::Model& m, const std::vector<bench::SequenceStep>& sequences, const Ceilings& c) {
     const std::vector<int64_t> routed = m.routed_experts_last_forward();
     const bench::StepWork w =
-        bench::step_floor(m.config(), sequences, routed, bench::device_weight_bytes_per_param());
+        bench::step_floor(m.config(), sequences, routed,
+                          bench::device_weight_bytes(model::v4::precision_name(m.precision())));
     work.weight_bytes += w.weight_bytes;
     work.state_bytes += w.state_bytes;
     work.flops += w.flops;
@@ -410,7 +411,8 @@ int bench_command(const std::vector<std::string>& argv) {
     device_json["ceilings"] = args.has("ceilings") ? "given" : "measured";
     device_json["copy_bandwidth_gbs"] = ceilings->bandwidth_gbs;
     device_json["bf16_gemm_tflops"] = ceilings->peak_tflops;
-    device_json["weight_bytes_per_param"] = bench::device_weight_bytes_per_param();
+    const bench::WeightBytes wb = bench::device_weight_bytes(model::v4::precision_name(m.precision()));
+    device_json["weight_bytes_per_param"] = {{"layer_matrices", wb.matrix}, {"embedding_and_head", wb.ends}};
   }
   nlohmann::json config = loaded.description;
   config.update(nlohmann::json{{"num_hidden_layers", c.num_hidden_layers},
