@@ -68,7 +68,8 @@ options:
 JSON: device {backend, cpu, threads, gpu; on cuda also copy_bandwidth_gbs (device-to-device copy, bytes read +
 written per second), bf16_gemm_tflops (cuBLASLt 8192³), weight_bytes_per_param {layer_matrices,
 embedding_and_head} (bytes per parameter as stored on the device)}, date, commit, config {model, source
-checkpoint|random, preset/dtype/seed, weights_seconds (random weights made), model_seconds (model built, weights uploaded), shapes, options}, prefill and decode (the single-sequence run),
+checkpoint|random, preset/dtype/seed, weights_seconds (random weights made), model_seconds (model built, weights
+uploaded), shapes, options}, prefill and decode (the single-sequence run),
 prefill_lengths [{tokens, chunk, seconds_median, tokens_per_s, floor fields}], batched_decode [{context,
 prefill_seconds, decode [{context, batch, steps, step_ms_median, tokens_per_s, tokens_per_s_per_user, floor
 fields}]}]. Floor fields (cuda, or with --ceilings; per step for decode, per whole prompt for prefill):
