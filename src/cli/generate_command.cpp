@@ -161,7 +161,8 @@ Prompt read_prompt(const Args& args, const std::string& dir) {
   }
   p.chat = text::chat_request_options(request);
   p.ids = text::prompt_ids(*p.tokenizer, text::encode_chat_v4(request));
-  for (const char* key : {"max_completion_tokens", "max_tokens"})
+  // Both given: the newer name wins, as the server has it (openai_protocol.cpp) and OpenAI's API does.
+  for (const char* key : {"max_tokens", "max_completion_tokens"})
     if (request.contains(key)) {
       if (!request[key].is_number_integer() || request[key].get<int64_t>() < 0)
         fail(args.str("chat"), ": \"", key, "\" must be a non-negative integer, found ", request[key].dump());

@@ -3,8 +3,9 @@
 // The SIMT kernels of moe.cu stream each expert's weights once per 4 tokens, so an expert with many tokens — the
 // shared expert, which every row visits, or any expert at batch 64 and beyond — re-reads its weights many times
 // and the step becomes compute-bound on CUDA cores (14 ms per V4-Flash layer at batch 256 on the H200). Here a
-// block keeps up to 64 tokens of one expert in tensor-core accumulators while its 16-row weight tiles stream by
-// once. Same plan, same contract and same results up to summation order as moe_gate_up / moe_down.
+// block keeps up to 32 tokens of one expert (MoeMmaShape's default) in tensor-core accumulators while its 16-row
+// weight tiles stream by once. Same plan, same contract and same results up to summation order as moe_gate_up /
+// moe_down.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
