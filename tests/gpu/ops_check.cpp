@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "backend/cuda/fp8.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/moe.h"
+#include "backend/cuda/moe_gemm.h"
 #include "backend/cuda/moe_mma.h"
 #include "backend/cuda/ops.h"
 #include "core/dtype.h"
@@ -404,6 +406,143 @@ void check_gemv_fp8(int64_t m, int64_t n, int64_t k, int64_t groups) {
   }
 }
 
+// The tiled plan and the tensor-core GEMM tiles of the grouped experts (moe_gemm.h), bf16 and FP8 weights, against
+// the CPU: as check_moe_mma, with enough rows that the shared expert spans several 64-token tiles (the last one
+// partial) and the plan several 128-row chunks. The tiled plan must equal the single-block plan exactly (same
+// grouping, rows ascending within an expert). FP8: the reference multiplies the exact dequantized weights.
+void check_moe_gemm(int64_t rows, int64_t k, int64_t experts, int64_t hidden, int64_t inter, bool fp8) {
+  namespace sc = strata::cuda;
+  const int64_t all = experts + 1, pairs = rows * (k + 1);
+  // Reference weights (the values the kernel multiplies) and the device matrices, per expert and role.
+  std::vector<std::vector<float>> ref_w[3];
+  std::vector<DeviceBuffer<uint8_t>> stored;
+  std::vector<DeviceBuffer<float>> scales;
+  std::vector<const void*> table[3];
+  std::vector<const float*> scale_table[3];
+  for (int role = 0; role < 3; ++role)
+    for (int64_t e = 0; e < all; ++e) {
+      const int64_t n = role == 2 ? hidden : inter, c = role == 2 ? inter : hidden;
+      std::vector<float> v;
+      if (fp8) {
+        const Fp8Weights q = random_fp8_weights(n, c);
+        const int64_t kb = (c + 127) / 128;
+        v.resize(q.codes.size());
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t i = 0; i < c; ++i)
+            v[static_cast<size_t>(r * c + i)] = strata::fp8_e4m3_to_f32(q.codes[static_cast<size_t>(r * c + i)]) *
+                                               q.scales[static_cast<size_t>((r / 128) * kb + i / 128)];
+        stored.emplace_back(q.codes);
+        scales.emplace_back(q.scales);
+        scale_table[role].push_back(scales.back().data());
+      } else {
+        v = randn(static_cast<size_t>(n * c), role == 2 ? 0.08f : 0.06f);
+        std::vector<uint8_t> bytes(v.size() * 2);
+        for (size_t i = 0; i < v.size(); ++i) {
+          const uint16_t b = strata::f32_to_bf16(v[i]);
+          v[i] = strata::bf16_to_f32(b);
+          std::memcpy(bytes.data() + 2 * i, &b, 2);
+        }
+        stored.emplace_back(bytes);
+      }
+      table[role].push_back(stored.back().data());
+      ref_w[role].push_back(std::move(v));
+    }
+  std::vector<uint16_t> xb(static_cast<size_t>(rows * hidden));
+  std::vector<float> x = randn(xb.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = strata::bf16_to_f32(xb[i] = strata::f32_to_bf16(x[i]));
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  std::uniform_real_distribution<float> weight(0.1f, 1.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<int32_t> pick(static_cast<size_t>(experts));
+    for (int64_t e = 0; e < experts; ++e) pick[static_cast<size_t>(e)] = static_cast<int32_t>(e);
+    std::shuffle(pick.begin(), pick.end(), rng);
+    for (int64_t j = 0; j < k; ++j) ids.push_back(pick[static_cast<size_t>(j)]), weights.push_back(weight(rng));
+  }
+  DeviceBuffer<const void*> d1(table[0]), d3(table[1]), d2(table[2]);
+  DeviceBuffer<const float*> ds1(scale_table[0]), ds3(scale_table[1]), ds2(scale_table[2]);
+  DeviceBuffer<uint16_t> dx(xb);
+  DeviceBuffer<int32_t> dids(ids);
+  DeviceBuffer<float> dweights(weights);
+  struct PlanBuffers {
+    DeviceBuffer<int32_t> pair_row, start, active, n_active, slot;
+    DeviceBuffer<float> slot_weight;
+    PlanBuffers(int64_t pairs, int64_t all)
+        : pair_row(static_cast<size_t>(pairs)), start(static_cast<size_t>(all + 1)), active(static_cast<size_t>(all)),
+          n_active(1), slot(static_cast<size_t>(pairs)), slot_weight(static_cast<size_t>(pairs)) {
+      for (auto* b : {&pair_row, &start, &active, &n_active, &slot}) b->fill_bytes(0xff);
+      slot_weight.fill_bytes(0xff);
+    }
+    sc::MoePlan plan() {
+      return {pair_row.data(), start.data(), active.data(), n_active.data(), slot.data(), slot_weight.data()};
+    }
+  };
+  PlanBuffers single(pairs, all), tiled(pairs, all);
+  sc::moe_plan(dids.data(), dweights.data(), rows, k, experts, true, single.plan(), nullptr);
+  const int64_t max_tiles = sc::moe_max_tiles(pairs, all, sc::kMoeGemmTileTokens);
+  DeviceBuffer<int32_t> tile_expert(static_cast<size_t>(max_tiles)), tile_start(static_cast<size_t>(max_tiles)),
+      tile_count(1), work(static_cast<size_t>(sc::moe_plan_work_ints(rows, experts)));
+  const sc::MoeTiles tiles{tile_expert.data(), tile_start.data(), tile_count.data()};
+  sc::moe_plan_tiled(dids.data(), dweights.data(), rows, k, experts, true, tiled.plan(), tiles, sc::kMoeGemmTileTokens,
+                     work.data(), nullptr);
+  const std::string shape = std::to_string(rows) + " rows top-" + std::to_string(k) + "/" + std::to_string(experts) +
+                            "+1 " + std::to_string(hidden) + "x" + std::to_string(inter);
+  if (!fp8) {
+    const int32_t n_active = tiled.n_active.download()[0];
+    bool same = n_active == single.n_active.download()[0] && tiled.pair_row.download() == single.pair_row.download() &&
+                tiled.start.download() == single.start.download() && tiled.slot.download() == single.slot.download() &&
+                tiled.slot_weight.download() == single.slot_weight.download();
+    const auto a = tiled.active.download(), b = single.active.download();
+    same = same && std::equal(a.begin(), a.begin() + n_active, b.begin());
+    // Every expert's pairs cut into 64-token runs, in order.
+    const auto first = tiled.start.download();
+    const auto te = tile_expert.download(), ts = tile_start.download();
+    int32_t t = 0;
+    for (int64_t e = 0; e < all; ++e)
+      for (int32_t p = first[static_cast<size_t>(e)]; p < first[static_cast<size_t>(e) + 1]; p += sc::kMoeGemmTileTokens, ++t)
+        same = same && t < max_tiles && te[static_cast<size_t>(t)] == e && ts[static_cast<size_t>(t)] == p;
+    same = same && tile_count.download()[0] == t;
+    report("moe_plan_tiled", shape, same ? 0.0 : INFINITY, 0);
+  }
+  const std::vector<int32_t> rows_of = tiled.pair_row.download(), first = tiled.start.download();
+  std::vector<float> ref(static_cast<size_t>(pairs * hidden));
+  const float limit = 2.5f;
+  for (int64_t e = 0; e < all; ++e)
+    for (int32_t p = first[static_cast<size_t>(e)]; p < first[static_cast<size_t>(e) + 1]; ++p) {
+      const float* xr = x.data() + rows_of[static_cast<size_t>(p)] * hidden;
+      std::vector<float> h(static_cast<size_t>(inter));
+      for (int64_t n = 0; n < inter; ++n) {
+        double g = 0, u = 0;
+        for (int64_t c = 0; c < hidden; ++c) {
+          g += static_cast<double>(ref_w[0][e][static_cast<size_t>(n * hidden + c)]) * xr[c];
+          u += static_cast<double>(ref_w[1][e][static_cast<size_t>(n * hidden + c)]) * xr[c];
+        }
+        const float gf = std::min(static_cast<float>(g), limit), uf = std::clamp(static_cast<float>(u), -limit, limit);
+        h[static_cast<size_t>(n)] = strata::bf16_to_f32(strata::f32_to_bf16(gf / (1.0f + std::exp(-gf)) * uf));
+      }
+      for (int64_t o = 0; o < hidden; ++o) {
+        double acc = 0;
+        for (int64_t n = 0; n < inter; ++n)
+          acc += static_cast<double>(ref_w[2][e][static_cast<size_t>(o * inter + n)]) * h[static_cast<size_t>(n)];
+        ref[static_cast<size_t>(p * hidden + o)] = static_cast<float>(acc);
+      }
+    }
+  DeviceBuffer<uint16_t> dh(static_cast<size_t>(pairs * inter));
+  DeviceBuffer<float> dy(static_cast<size_t>(pairs * hidden));
+  dh.fill_bytes(0xff), dy.fill_bytes(0xff);
+  const sc::GemmType type = fp8 ? sc::GemmType::Fp8 : sc::GemmType::Bf16;
+  if (!sc::moe_gemm_supported(type, hidden, inter, max_tiles)) {
+    report(fp8 ? "moe_gemm fp8" : "moe_gemm bf16", shape + " unsupported", INFINITY, 0);
+    return;
+  }
+  sc::moe_gate_up_gemm(type, reinterpret_cast<const __nv_bfloat16*>(dx.data()), tiled.plan(), tiles, max_tiles,
+                       d1.data(), d3.data(), fp8 ? ds1.data() : nullptr, fp8 ? ds3.data() : nullptr, hidden, inter,
+                       limit, reinterpret_cast<__nv_bfloat16*>(dh.data()), nullptr);
+  sc::moe_down_gemm(type, reinterpret_cast<const __nv_bfloat16*>(dh.data()), tiled.plan(), tiles, max_tiles,
+                    d2.data(), fp8 ? ds2.data() : nullptr, inter, hidden, dy.data(), nullptr);
+  report(fp8 ? "moe_gemm fp8" : "moe_gemm bf16", shape, rel_error(dy.download(), ref), 1e-3);
+}
+
 }  // namespace
 
 int main() {
@@ -449,6 +588,11 @@ int main() {
     check_gemv_fp8(2, 1024, 4096, 8);
     check_moe_mma(100, 2, 8, 256, 144);
     check_moe_mma(3, 6, 16, 512, 64);
+    for (const bool fp8 : {false, true}) {
+      check_moe_gemm(300, 2, 8, 256, 192, fp8);  // the shared expert: 4 full tiles and a partial one; 3 plan chunks
+      check_moe_gemm(3, 6, 16, 512, 128, fp8);
+      check_moe_gemm(700, 6, 64, 128, 256, fp8);
+    }
     STRATA_CUDA_CHECK(cudaDeviceSynchronize());
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());

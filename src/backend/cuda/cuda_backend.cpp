@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8.h"
 #include "backend/cuda/gemv.h"
+#include "backend/cuda/moe_gemm.h"
 #include "backend/cuda/moe_mma.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -686,31 +687,51 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
   const int64_t n = x.rows, d = x.cols, k = routing.k;
   const int64_t n_experts = static_cast<int64_t>(w.experts.size());
   const int64_t inter = n_experts ? w.experts[0].w1.rows : 0;
-  // The grouped kernels stream each expert's weights once per few rows: right while experts have few rows each
-  // (decode up to batch ~256 at 256 experts of top-6), not for prefill.
+  // One launch per projection over every routed (row, expert) pair, grouped by expert on the device; the per-expert
+  // loop below is left for the shapes the grouped kernels do not take.
   const DeviceWeights::ExpertTables* tables = n_experts ? &weights_.experts(w) : nullptr;
   const int64_t slots = k + (tables && tables->with_shared);  // per row: its routed experts, then the shared one
   // The grouped kernels' operands: fp32 for fp32 weights, else bf16 (FP8 experts are weight-only there).
   const GemmType grouped_in = tables && tables->type == GemmType::Fp32 ? GemmType::Fp32 : GemmType::Bf16;
-  if (tables && n * slots <= std::min(kMoePlanMaxPairs, 8 * n_experts) && moe_grouped_supported(tables->type, d, inter)) {
-    const int64_t pairs = n * slots, planned = n_experts + tables->with_shared;
+  const int64_t pairs = n * slots, planned = n_experts + (tables && tables->with_shared);
+  const int64_t max_tiles = moe_max_tiles(pairs, planned, kMoeGemmTileTokens);
+  // Many tokens per expert (prefill, large batches): GEMM tiles over a plan of any size (moe_gemm.h). Else, up to
+  // the single-block plan's size, the grouped kernels that stream each expert's weights once per step.
+  const bool tiled = tables && moe_gemm_supported(tables->type, d, inter, max_tiles) &&
+                     moe_gemm_pays(tables->type, pairs, planned);
+  const bool streamed = tables && pairs <= std::min(kMoePlanMaxPairs, 8 * n_experts) &&
+                        moe_grouped_supported(tables->type, d, inter);
+  if (tiled || streamed) {
     MoePlan plan{scratch_.alloc<int32_t>(pairs),  scratch_.alloc<int32_t>(planned + 1),
                  scratch_.alloc<int32_t>(planned), routed_active_ + routed_experts_.size(),
                  scratch_.alloc<int32_t>(pairs),  scratch_.alloc<float>(pairs)};
     routed_experts_.push_back(tables->with_shared ? -2 : -1);  // counted on the device (the shared one too)
-    moe_plan(routing.ids, routing.weights, n, k, n_experts, tables->with_shared, plan, stream_);
+    MoeTiles tiles;
+    if (tiled) {
+      tiles = {scratch_.alloc<int32_t>(max_tiles), scratch_.alloc<int32_t>(max_tiles), scratch_.alloc<int32_t>(1)};
+      moe_plan_tiled(routing.ids, routing.weights, n, k, n_experts, tables->with_shared, plan, tiles,
+                     kMoeGemmTileTokens, scratch_.alloc<int32_t>(moe_plan_work_ints(n, n_experts)), stream_);
+    } else {
+      moe_plan(routing.ids, routing.weights, n, k, n_experts, tables->with_shared, plan, stream_);
+    }
     const int64_t max_active = std::min(planned, pairs);
     void* h = gemm_operand(pairs * inter, grouped_in);
     const void* xg = operand(x.data, n, d, grouped_in).data;
     float* routed = scratch_.alloc<float>(pairs * d);
-    if (tables->type == GemmType::Bf16 && moe_mma_supported(d, inter) && moe_mma_pays(pairs, planned)) {
+    const auto limit = static_cast<float>(cfg.swiglu_limit);
+    if (tiled) {
+      moe_gate_up_gemm(tables->type, static_cast<const __nv_bfloat16*>(xg), plan, tiles, max_tiles, tables->w1,
+                       tables->w3, tables->s1, tables->s3, d, inter, limit, static_cast<__nv_bfloat16*>(h), stream_);
+      moe_down_gemm(tables->type, static_cast<const __nv_bfloat16*>(h), plan, tiles, max_tiles, tables->w2,
+                    tables->s2, inter, d, routed, stream_);
+    } else if (tables->type == GemmType::Bf16 && moe_mma_supported(d, inter) && moe_mma_pays(pairs, planned)) {
       // Many tokens per expert: tensor cores (moe_mma.h), the weights streamed once per 32 tokens.
       moe_gate_up_mma(static_cast<const __nv_bfloat16*>(xg), plan, max_active, tables->w1, tables->w3, d, inter,
-                      static_cast<float>(cfg.swiglu_limit), static_cast<__nv_bfloat16*>(h), stream_);
+                      limit, static_cast<__nv_bfloat16*>(h), stream_);
       moe_down_mma(static_cast<const __nv_bfloat16*>(h), plan, max_active, tables->w2, inter, d, routed, stream_);
     } else {
-      moe_gate_up(tables->type, xg, plan, max_active, tables->w1, tables->w3, tables->s1, tables->s3, d, inter,
-                  static_cast<float>(cfg.swiglu_limit), h, stream_);
+      moe_gate_up(tables->type, xg, plan, max_active, tables->w1, tables->w3, tables->s1, tables->s3, d, inter, limit,
+                  h, stream_);
       moe_down(tables->type, h, plan, max_active, tables->w2, tables->s2, inter, d, routed, stream_);
     }
     float* shared = nullptr;

@@ -63,6 +63,86 @@ __global__ void moe_plan_kernel(const int32_t* ids, const float* weights, int ro
 }
 
 
+// The chunked plan (moe_plan_tiled): each block of the count and place kernels owns kPlanChunkRows rows.
+constexpr int kPlanChunkRows = 128;
+constexpr int kChunkThreads = 256;
+
+__device__ inline int pair_expert(const int32_t* ids, int r, int j, int routed_k, int experts) {
+  return j < routed_k ? ids[r * routed_k + j] : experts - 1;
+}
+
+// count[chunk][e]: the chunk's pairs of expert e.
+__global__ void moe_count_kernel(const int32_t* ids, int rows, int k, int experts, bool shared_expert,
+                                 int32_t* count) {
+  extern __shared__ int32_t local[];  // [experts]
+  const int routed_k = shared_expert ? k - 1 : k;
+  for (int i = threadIdx.x; i < experts; i += blockDim.x) local[i] = 0;
+  __syncthreads();
+  const int r0 = blockIdx.x * kPlanChunkRows, r1 = min(rows, r0 + kPlanChunkRows);
+  for (int i = threadIdx.x; i < (r1 - r0) * k; i += blockDim.x)
+    atomicAdd(&local[pair_expert(ids, r0 + i / k, i % k, routed_k, experts)], 1);
+  __syncthreads();
+  for (int i = threadIdx.x; i < experts; i += blockDim.x) count[blockIdx.x * experts + i] = local[i];
+}
+
+// One block: count[chunk][e] becomes the pairs of e in earlier chunks; expert starts, the active list and the
+// tiles follow from the totals.
+__global__ void moe_scan_kernel(int32_t* count, int chunks, int experts, MoePlan plan, MoeTiles tiles,
+                                int tile_tokens) {
+  extern __shared__ int32_t total[];  // [experts]
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+    int at = 0;
+    for (int c = 0; c < chunks; ++c) {
+      const int n = count[c * experts + e];
+      count[c * experts + e] = at;
+      at += n;
+    }
+    total[e] = at;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  int at = 0, active = 0, n_tiles = 0;
+  for (int e = 0; e < experts; ++e) {
+    plan.expert_start[e] = at;
+    if (total[e]) plan.active[active++] = e;
+    for (int p = at; p < at + total[e]; p += tile_tokens) {
+      tiles.expert[n_tiles] = e;
+      tiles.start[n_tiles++] = p;
+    }
+    at += total[e];
+  }
+  plan.expert_start[experts] = at;
+  *plan.n_active = active;
+  *tiles.count = n_tiles;
+}
+
+// Each pair's place: its expert's start, the expert's pairs in earlier chunks, then earlier pairs of the chunk with
+// the same expert (rows ascending, as moe_plan_kernel orders them); its slot in the row as there.
+__global__ void moe_place_kernel(const int32_t* ids, const float* weights, int rows, int k, int experts,
+                                 bool shared_expert, const int32_t* before, MoePlan plan) {
+  extern __shared__ int32_t id[];  // [kPlanChunkRows * k]
+  const int routed_k = shared_expert ? k - 1 : k;
+  const int r0 = blockIdx.x * kPlanChunkRows, r1 = min(rows, r0 + kPlanChunkRows), pairs = (r1 - r0) * k;
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) id[i] = pair_expert(ids, r0 + i / k, i % k, routed_k, experts);
+  __syncthreads();
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int r = p / k, j = p % k, e = id[p];
+    int rank = 0;
+    for (int q = 0; q < p; ++q) rank += id[q] == e;
+    const int at = plan.expert_start[e] + before[blockIdx.x * experts + e] + rank;
+    plan.pair_row[at] = r0 + r;
+    int order = 0;
+    for (int jj = 0; jj < k; ++jj) {
+      const int other = id[r * k + jj];
+      order += other < e || (other == e && jj < j);
+    }
+    const int64_t row_slots = static_cast<int64_t>(r0 + r) * k;
+    plan.slot[row_slots + order] = at;
+    plan.slot_weight[row_slots + order] = j < routed_k ? weights[(r0 + r) * routed_k + j] : 1.0f;
+  }
+}
+
+
 // Tokens of one expert staged in shared memory at a time: 32 KiB of operands at hidden 4096.
 template <typename T>
 __host__ __device__ constexpr int tokens_per_tile() {
@@ -227,6 +307,37 @@ void moe_plan(const int32_t* ids, const float* weights, int64_t rows, int64_t k,
         cudaFuncSetAttribute(moe_plan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
   moe_plan_kernel<<<1, kPlanThreads, shared, stream>>>(ids, weights, static_cast<int>(rows), static_cast<int>(k),
                                                        static_cast<int>(experts), shared_expert, plan);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+int64_t moe_max_tiles(int64_t pairs, int64_t experts, int64_t tile_tokens) {
+  return pairs / tile_tokens + std::min(pairs, experts);
+}
+
+int64_t moe_plan_work_ints(int64_t rows, int64_t experts) {
+  return (rows + kPlanChunkRows - 1) / kPlanChunkRows * (experts + 1);
+}
+
+void moe_plan_tiled(const int32_t* ids, const float* weights, int64_t rows, int64_t k, int64_t experts,
+                    bool shared_expert, const MoePlan& plan, const MoeTiles& tiles, int64_t tile_tokens, int32_t* work,
+                    cudaStream_t stream) {
+  if (shared_expert) {
+    experts += 1;
+    k += 1;
+  }
+  if (rows * k == 0) return;
+  const auto chunks = static_cast<unsigned>((rows + kPlanChunkRows - 1) / kPlanChunkRows);
+  const size_t per_expert = static_cast<size_t>(experts) * sizeof(int32_t);
+  moe_count_kernel<<<chunks, kChunkThreads, per_expert, stream>>>(ids, static_cast<int>(rows), static_cast<int>(k),
+                                                                  static_cast<int>(experts), shared_expert, work);
+  STRATA_CUDA_CHECK_LAUNCH();
+  moe_scan_kernel<<<1, kPlanThreads, per_expert, stream>>>(work, static_cast<int>(chunks), static_cast<int>(experts),
+                                                           plan, tiles, static_cast<int>(tile_tokens));
+  STRATA_CUDA_CHECK_LAUNCH();
+  const size_t chunk_ids = static_cast<size_t>(kPlanChunkRows * k) * sizeof(int32_t);
+  moe_place_kernel<<<chunks, kChunkThreads, chunk_ids, stream>>>(ids, weights, static_cast<int>(rows),
+                                                                 static_cast<int>(k), static_cast<int>(experts),
+                                                                 shared_expert, work, plan);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 

@@ -2,7 +2,7 @@
 // Routed experts of a decode-sized step on the device, with no host round trip: the routing is grouped by expert
 // on the GPU (moe_plan), then one launch computes every active expert's gate/up projections with the SwiGLU fused,
 // and one launch its down projection. Each expert's weights are read once per step, which is what bounds decode.
-// Larger steps (prefill) take the per-expert cuBLASLt path in cuda_backend.cpp.
+// Larger steps (prefill) are planned in chunks of rows (moe_plan_tiled) for the tensor-core kernels of moe_gemm.h.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -30,6 +30,22 @@ constexpr int64_t kMoePlanMaxPairs = 4096;
 // the combine then adds it after the routed sum, as the CPU reference does, and it costs no launches of its own.
 void moe_plan(const int32_t* ids, const float* weights, int64_t rows, int64_t k, int64_t experts, bool shared_expert,
               const MoePlan& plan, cudaStream_t stream);
+
+// The plan of any number of pairs (prefill), in three launches over chunks of rows, with the same layout as
+// moe_plan's (rows ascending within an expert) plus `tiles`: each active expert's pairs cut into runs of
+// `tile_tokens`, the work items of the tensor-core GEMM (moe_gemm.h). `work` holds moe_plan_work_ints(rows,
+// experts) ints; `experts` and `k` count as in moe_plan (without the shared expert).
+struct MoeTiles {
+  int32_t* expert = nullptr;  // [max tiles] the tile's expert
+  int32_t* start = nullptr;   // [max tiles] its first grouped pair
+  int32_t* count = nullptr;   // [1] tiles in use
+};
+// An upper bound of the tiles a plan of `pairs` pairs among `experts` experts (the shared one counted) makes.
+int64_t moe_max_tiles(int64_t pairs, int64_t experts, int64_t tile_tokens);
+int64_t moe_plan_work_ints(int64_t rows, int64_t experts);
+void moe_plan_tiled(const int32_t* ids, const float* weights, int64_t rows, int64_t k, int64_t experts,
+                    bool shared_expert, const MoePlan& plan, const MoeTiles& tiles, int64_t tile_tokens, int32_t* work,
+                    cudaStream_t stream);
 
 // True when the grouped kernels take these widths (whole 16-byte vectors per row) for weights of `type`.
 bool moe_grouped_supported(GemmType type, int64_t hidden, int64_t inter);
