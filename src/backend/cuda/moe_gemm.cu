@@ -246,8 +246,11 @@ bool moe_gemm_supported(GemmType type, int64_t hidden, int64_t inter, int64_t ma
 }
 
 bool moe_gemm_pays(GemmType type, int64_t pairs, int64_t experts) {
-  // Measured by strata_gpu_moe_bench on the H200 (V4-Flash experts): see docs/cuda_backend.md.
-  return pairs >= (type == GemmType::Fp8 ? 2 : 4) * experts;
+  // strata_gpu_moe_bench on the H200, V4-Flash experts (bench/results/cuda_moe_kernels_h200.json): bf16 tiles tie
+  // the SIMT kernels at batch 16 (0.44 pairs per expert) and win from there on (3.2 vs 4.1 ms at batch 64), and beat
+  // moe_mma.h everywhere; FP8 tiles, which convert the weights in shared memory, lose to the SIMT kernels at batch
+  // 64 (4.7 vs 4.2 ms) and win from 128 (5.3 vs 7.7 ms; 2 pairs per expert ≈ batch 73).
+  return type == GemmType::Fp8 ? pairs >= 2 * experts : 2 * pairs >= experts;
 }
 
 void moe_gate_up_gemm(GemmType type, const bf16* x, const MoePlan& plan, const MoeTiles& tiles, int64_t max_tiles,
