@@ -88,22 +88,20 @@ __global__ void mix_partials_kernel(const float* streams, const int32_t* rows, c
   }
 }
 
-// mix[i] = fn[i] · rmsnorm(x) of row r from its slices, by one warp (lanes over slices, a fixed-order tree sum),
-// into shared `mix` (n values); __syncwarp after.
+// mix[i] = fn[i] · rmsnorm(x) of row r from its slices, by one warp (lanes over the n + 1 sums, each adding its
+// slices in order: all loads in flight at once), into shared `mix` (n values); __syncwarp after.
 __device__ void warp_mixes(const float* partial, int64_t r, int64_t splits, int64_t n, int64_t width, float eps,
                            float* mix) {
   const int lane = threadIdx.x % 32;
   const float* p = partial + r * splits * (1 + n);
-  auto slice_sum = [&](int64_t i) {
+  float inv = 0.0f;
+  for (int64_t i0 = 0; i0 <= n; i0 += 32) {
+    const int64_t i = i0 + lane;
     float v = 0.0f;
-    for (int64_t s = lane; s < splits; s += 32) v += p[s * (1 + n) + i];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-  };
-  const float inv = rsqrtf(slice_sum(0) / static_cast<float>(width) + eps);
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = slice_sum(1 + i);
-    if (lane == 0) mix[i] = v * inv;
+    if (i <= n)
+      for (int64_t s = 0; s < splits; ++s) v += p[s * (1 + n) + i];
+    if (i0 == 0) inv = rsqrtf(__shfl_sync(0xffffffffu, v, 0) / static_cast<float>(width) + eps);
+    if (i >= 1 && i <= n) mix[i - 1] = v * inv;
   }
   __syncwarp();
 }
@@ -131,8 +129,28 @@ __global__ void hc_pre_kernel(const float* partial, int64_t splits, const float*
     for (int64_t j = 0; j < hc; ++j) row[j] = expf(row[j] - m) / sum + hc_eps;
   }
   __syncwarp();
+  const int64_t iters = sinkhorn_iters > 1 ? sinkhorn_iters : 1;
+  if (hc * hc <= 32) {
+    // Sinkhorn-Knopp in registers: lane i·hc + j holds comb[i][j] and gathers its row's or column's entries by
+    // shuffles, adding them in the CPU reference's order (so the same sums as the shared-memory loop below).
+    const int i = lane / static_cast<int>(hc), j = lane % static_cast<int>(hc);
+    const bool mine = lane < hc * hc;
+    float v = mine ? comb[lane] : 0.0f;
+    for (int64_t it = 0; it < iters; ++it) {
+      if (it > 0) {
+        float sum = 0.0f;
+        for (int jj = 0; jj < hc; ++jj) sum += __shfl_sync(0xffffffffu, v, mine ? i * static_cast<int>(hc) + jj : 0);
+        v /= sum + hc_eps;
+      }
+      float sum = 0.0f;
+      for (int ii = 0; ii < hc; ++ii) sum += __shfl_sync(0xffffffffu, v, mine ? ii * static_cast<int>(hc) + j : 0);
+      v /= sum + hc_eps;
+    }
+    if (mine) post[hc + lane] = v;
+    return;
+  }
   // Sinkhorn-Knopp as the CPU reference: columns once, then (rows, columns) sinkhorn_iters − 1 times.
-  for (int64_t it = 0; it < (sinkhorn_iters > 1 ? sinkhorn_iters : 1); ++it) {
+  for (int64_t it = 0; it < iters; ++it) {
     if (it > 0) {
       if (lane < hc) {
         float sum = 0.0f;
@@ -302,34 +320,43 @@ __global__ void compress_pending_kernel(CompressorStep c, StepLayout L) {
 
 // --- Lightning Indexer ---------------------------------------------------------------------------------------
 
-// Scores of row r against its visible entries: block (r, b) takes entries [b·kScoreEntries, (b+1)·kScoreEntries),
-// so a decode step's few rows still fill the GPU; warps over entries, lanes over channels, heads in a loop.
-constexpr int64_t kScoreEntries = 64;
+// Scores of row r against its visible entries: block (r, b) takes entries [b·per_block, (b+1)·per_block), so a
+// decode step's few rows still fill the GPU (per_block small), while a prefill's many rows load each row's queries
+// into shared memory fewer times (per_block large). A warp takes an entry at a time, its key staged in shared memory;
+// lanes take heads (each adding its head's channels in order, the queries' rows padded so lanes read different
+// banks), then the heads' weighted ReLU scores are summed across the warp.
 __global__ void indexer_scores_kernel(const float* q, const float* head_w, EntryTable t, StepLayout L, int64_t rate,
-                                      int64_t heads, int64_t hd, int64_t max_visible, float* scores) {
-  extern __shared__ float qs[];  // [heads·hd], then the heads' weights [heads]
-  float* hw = qs + heads * hd;
+                                      int64_t heads, int64_t hd, int64_t max_visible, int64_t per_block,
+                                      float* scores) {
+  extern __shared__ float qs[];  // [heads][hd + 1], then the heads' weights [heads], then a key per warp [hd]
+  const int64_t ld = hd + 1;
+  float* hw = qs + heads * ld;
   const int64_t r = blockIdx.x, chunk = L.chunk[r];
   const int64_t closed = (L.pos0[chunk] + L.count[chunk]) / rate;
   const int64_t visible = min(static_cast<int64_t>(L.position[r] + 1) / rate, closed);
-  const int64_t e0 = static_cast<int64_t>(blockIdx.y) * kScoreEntries, e1 = min(e0 + kScoreEntries, visible);
+  const int64_t e0 = static_cast<int64_t>(blockIdx.y) * per_block, e1 = min(e0 + per_block, visible);
   if (e0 >= e1) return;
-#pragma unroll 4
-  for (int64_t i = threadIdx.x; i < heads * hd; i += blockDim.x) qs[i] = q[r * heads * hd + i];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int64_t h = warp; h < heads; h += warps)
+    for (int64_t c = lane; c < hd; c += 32) qs[h * ld + c] = q[(r * heads + h) * hd + c];
   for (int64_t h = threadIdx.x; h < heads; h += blockDim.x) hw[h] = head_w[r * heads + h];
+  float* key = hw + heads + warp * hd;
   __syncthreads();
   const float softmax_scale = rsqrtf(static_cast<float>(hd)), weights_scale = rsqrtf(static_cast<float>(heads));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   for (int64_t e = e0 + warp; e < e1; e += warps) {
     const float* k = entry_address(t, chunk, e);
+    for (int64_t c = lane; c < hd; c += 32) key[c] = k[c];
+    __syncwarp();
     float score = 0.0f;
-    for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t h = lane; h < heads; h += 32) {
+      const float* qh = qs + h * ld;
       float acc = 0.0f;
-      for (int64_t c = lane; c < hd; c += 32) acc += qs[h * hd + c] * k[c];
-      for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      for (int64_t c = 0; c < hd; ++c) acc += qh[c] * key[c];
       score += (fmaxf(acc, 0.0f) * softmax_scale) * (hw[h] * weights_scale);
     }
+    for (int o = 16; o > 0; o >>= 1) score += __shfl_xor_sync(0xffffffffu, score, o);
     if (lane == 0) scores[r * max_visible + e] = score;
+    __syncwarp();  // the key is read by every lane before the next one lands
   }
 }
 
@@ -500,14 +527,14 @@ __global__ void swiglu_kernel(const float* gate, const float* up, T* h, int64_t 
   h[i] = from_float<T>(g / (1.0f + expf(-g)) * u);
 }
 
+// Blocks over (row, column slice): a decode step's one row still spreads over the GPU.
 __global__ void moe_combine_kernel(const float* base, const float* routed, const int32_t* slot, const float* weight,
                                    float* out, int64_t k, int64_t d) {
-  const int64_t r = blockIdx.x;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t j = 0; j < k; ++j) acc += routed[static_cast<int64_t>(slot[r * k + j]) * d + c] * weight[r * k + j];
-    out[r * d + c] = acc + (base ? base[r * d + c] : 0.0f);
-  }
+  const int64_t r = blockIdx.x, c = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= d) return;
+  float acc = 0.0f;
+  for (int64_t j = 0; j < k; ++j) acc += routed[static_cast<int64_t>(slot[r * k + j]) * d + c] * weight[r * k + j];
+  out[r * d + c] = acc + (base ? base[r * d + c] : 0.0f);
 }
 
 }  // namespace
@@ -606,15 +633,15 @@ void indexer_topk(const float* q, const float* head_w, const EntryTable& entries
                   int32_t* pick_count, cudaStream_t stream) {
   if (rows.rows == 0) return;
   if (topk >= kTile) fail("indexer: index_topk ", topk, " needs a selection tile above ", kTile);
-  const size_t shared = static_cast<size_t>(heads * head_dim + heads) * sizeof(float);
+  const size_t shared = static_cast<size_t>(heads * (head_dim + 1) + heads + kThreads / 32 * head_dim) * sizeof(float);
   if (shared > 48 * 1024)
     STRATA_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(shared)));
   if (max_visible > 0) {
-    const dim3 grid(static_cast<unsigned>(rows.rows),
-                    static_cast<unsigned>((max_visible + kScoreEntries - 1) / kScoreEntries));
+    const int64_t per_block = rows.rows * ((max_visible + 31) / 32) <= 4096 ? 32 : 256;
+    const dim3 grid(static_cast<unsigned>(rows.rows), static_cast<unsigned>((max_visible + per_block - 1) / per_block));
     indexer_scores_kernel<<<grid, kThreads, shared, stream>>>(q, head_w, entries, rows, rate, heads, head_dim,
-                                                              max_visible, scratch);
+                                                              max_visible, per_block, scratch);
     STRATA_CUDA_CHECK_LAUNCH();
   }
   indexer_select_kernel<<<static_cast<unsigned>(rows.rows), 1024, 0, stream>>>(scratch, rows, rate, max_visible, topk,
@@ -674,7 +701,8 @@ void swiglu(const float* gate, const float* up, void* h, int64_t n, float limit,
 void moe_combine(const float* base, const float* routed, const int32_t* slot, const float* weight, float* out,
                  int64_t rows, int64_t k, int64_t d, cudaStream_t stream) {
   if (rows == 0) return;
-  moe_combine_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(base, routed, slot, weight, out, k, d);
+  moe_combine_kernel<<<dim3(static_cast<unsigned>(rows), blocks_for(d)), kThreads, 0, stream>>>(base, routed, slot,
+                                                                                             weight, out, k, d);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
