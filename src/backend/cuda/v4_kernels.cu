@@ -98,8 +98,18 @@ __device__ void warp_mixes(const float* partial, int64_t r, int64_t splits, int6
   for (int64_t i0 = 0; i0 <= n; i0 += 32) {
     const int64_t i = i0 + lane;
     float v = 0.0f;
-    if (i <= n)
-      for (int64_t s = 0; s < splits; ++s) v += p[s * (1 + n) + i];
+    if (i <= n) {
+      // Eight loads issued before their sums: a plain loop would wait out one load's latency per slice.
+      int64_t s = 0;
+      for (; s + 8 <= splits; s += 8) {
+        float part[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) part[u] = p[(s + u) * (1 + n) + i];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v += part[u];
+      }
+      for (; s < splits; ++s) v += p[s * (1 + n) + i];
+    }
     if (i0 == 0) inv = rsqrtf(__shfl_sync(0xffffffffu, v, 0) / static_cast<float>(width) + eps);
     if (i >= 1 && i <= n) mix[i - 1] = v * inv;
   }
