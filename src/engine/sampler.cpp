@@ -102,6 +102,54 @@ class CandidateOrder {
   size_t keep_, sorted_ = 0;
 };
 
+// The choice among the (penalised) logits `work`: the first maximum when greedy, else the draw `uniform` ∈ [0, 1)
+// over the filtered, tempered distribution.
+int32_t choose(const std::vector<float>& work, const SamplingParams& p, double uniform) {
+  if (p.greedy()) return static_cast<int32_t>(std::max_element(work.begin(), work.end()) - work.begin());  // first maximum
+  // The kept candidates: the top_k most likely, and of those the ones with probability ≥ min_p times the top
+  // one's. Probabilities at temperature T are relative to the most likely token (which gets exactly 1) and computed
+  // for kept candidates only.
+  const double inv_t = 1.0 / p.temperature, top_logit = *std::max_element(work.begin(), work.end());
+  size_t keep = work.size();
+  if (p.top_k > 0) keep = std::min(keep, static_cast<size_t>(p.top_k));
+  CandidateOrder order(work, keep);
+  std::vector<double> prob(work.size());
+  size_t above_min_p = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    const auto id = static_cast<size_t>(order.unsorted(i));
+    prob[id] = std::exp((work[id] - top_logit) * inv_t);
+    above_min_p += prob[id] >= p.min_p;
+  }
+  if (p.min_p > 0) {
+    keep = std::max<size_t>(above_min_p, 1);
+    order.restrict(keep);
+  }
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += prob[static_cast<size_t>(order.unsorted(i))];
+  if (p.top_p < 1.0) {  // smallest prefix whose mass reaches top_p (always at least one token)
+    const double kept_total = total;
+    double mass = 0;
+    size_t k = 0;
+    while (k < keep && mass < p.top_p * kept_total) mass += prob[static_cast<size_t>(order.at(k++))];
+    keep = std::max<size_t>(k, 1);
+    total = 0;
+    for (size_t i = 0; i < keep; ++i) total += prob[static_cast<size_t>(order.at(i))];
+  }
+  // The draw: the first candidate whose running mass passes u · total, walking a fixed order of the kept set. Any
+  // fixed order gives the same distribution; this one is the cheapest that is fully determined (so a backend can
+  // pick the same token, see backend/cuda/sampling.cu): when nothing was filtered out, the vocabulary in id order
+  // (no sort at all); with top_p or when something was filtered out, the kept set in likelihood order (ties by id).
+  const double target = uniform * total;
+  const bool sorted_walk = p.top_p < 1.0 || keep < work.size();
+  int32_t id = 0;
+  double acc = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    id = sorted_walk ? order.at(i) : order.unsorted(i);
+    if ((acc += prob[static_cast<size_t>(id)]) > target) break;
+  }
+  return id;
+}
+
 }  // namespace
 
 SampledToken sample_token(std::span<const float> logits, const SamplingParams& p, const TokenHistory& history,
@@ -120,51 +168,18 @@ SampledToken sample_token(std::span<const float> logits, const SamplingParams& p
       work[static_cast<size_t>(id)] -= static_cast<float>(p.presence_penalty + p.frequency_penalty * count);
 
   SampledToken out;
-  if (p.greedy()) {
-    out.id = static_cast<int32_t>(std::max_element(work.begin(), work.end()) - work.begin());  // first maximum
-  } else {
-    // The kept candidates: the top_k most likely, and of those the ones with probability ≥ min_p times the
-    // top one's. Probabilities at temperature T are relative to the most likely token (which gets exactly 1) and
-    // computed for kept candidates only.
-    const double inv_t = 1.0 / p.temperature, top_logit = *std::max_element(work.begin(), work.end());
-    size_t keep = work.size();
-    if (p.top_k > 0) keep = std::min(keep, static_cast<size_t>(p.top_k));
-    CandidateOrder order(work, keep);
-    std::vector<double> prob(work.size());
-    size_t above_min_p = 0;
-    for (size_t i = 0; i < keep; ++i) {
-      const auto id = static_cast<size_t>(order.unsorted(i));
-      prob[id] = std::exp((work[id] - top_logit) * inv_t);
-      above_min_p += prob[id] >= p.min_p;
-    }
-    if (p.min_p > 0) {
-      keep = std::max<size_t>(above_min_p, 1);
-      order.restrict(keep);
-    }
-    double total = 0;
-    for (size_t i = 0; i < keep; ++i) total += prob[static_cast<size_t>(order.unsorted(i))];
-    if (p.top_p < 1.0) {  // smallest prefix whose mass reaches top_p (always at least one token)
-      const double kept_total = total;
-      double mass = 0;
-      size_t k = 0;
-      while (k < keep && mass < p.top_p * kept_total) mass += prob[static_cast<size_t>(order.at(k++))];
-      keep = std::max<size_t>(k, 1);
-      total = 0;
-      for (size_t i = 0; i < keep; ++i) total += prob[static_cast<size_t>(order.at(i))];
-    }
-    // The draw: the first candidate whose running mass passes u · total. Without top_p any fixed order of the
-    // kept set gives the same distribution, so the unsorted one is walked (no sort at all); with top_p the kept
-    // set is a prefix of the likelihood order, walked in that order.
-    const double target = counter_uniform(seed, step) * total;
-    const bool sorted_walk = p.top_p < 1.0;
-    double acc = 0;
-    for (size_t i = 0; i < keep; ++i) {
-      out.id = sorted_walk ? order.at(i) : order.unsorted(i);
-      if ((acc += prob[static_cast<size_t>(out.id)]) > target) break;
-    }
-  }
+  out.id = choose(work, p, p.greedy() ? 0.0 : counter_uniform(seed, step));
   if (p.logprobs) fill_logprobs(logits, *p.logprobs, out);
   return out;
+}
+
+int32_t pick_token(std::span<const float> logits, const model::v4::PickParams& pick) {
+  SamplingParams p;
+  p.temperature = pick.temperature;
+  p.top_k = pick.top_k;
+  p.top_p = pick.top_p;
+  p.min_p = pick.min_p;
+  return choose(std::vector<float>(logits.begin(), logits.end()), p, pick.uniform);
 }
 
 }  // namespace strata::engine

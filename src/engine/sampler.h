@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "model/deepseek_v4/pick.h"
 
 namespace strata::engine {
 
@@ -44,5 +45,10 @@ double counter_uniform(uint64_t seed, uint64_t counter);
 // vLLM reports them by default.
 SampledToken sample_token(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history,
                           uint64_t seed, uint64_t step);
+
+// sample_token without penalties or logprobs, given the draw's uniform number (counter_uniform(seed, step)) instead
+// of (seed, step): the pick a backend makes where the logits are (SequenceChunk::sample_only). The same token as
+// sample_token for the same logits, parameters and draw.
+int32_t pick_token(std::span<const float> logits, const model::v4::PickParams& params);
 
 }  // namespace strata::engine
