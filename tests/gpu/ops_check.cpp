@@ -18,7 +18,9 @@
 #include "backend/cuda/moe_gemm.h"
 #include "backend/cuda/moe_mma.h"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/sampling.h"
 #include "core/dtype.h"
+#include "engine/sampler.h"
 
 using strata::cuda::DeviceBuffer;
 
@@ -543,6 +545,172 @@ void check_moe_gemm(int64_t rows, int64_t k, int64_t experts, int64_t hidden, in
   report(fp8 ? "moe_gemm fp8" : "moe_gemm bf16", shape, rel_error(dy.download(), ref), 1e-3);
 }
 
+// A vocabulary row shaped like a language model's: kind 0 a spread of logits with a few strong candidates, 1 a
+// nearly flat row (top_p 0.9 reaches deep), 2 half the vocabulary masked to -inf, 3 logits on a grid of 1/64 (many
+// exact ties, so the order among equals is tested).
+std::vector<float> sampling_row(int kind, int64_t vocab) {
+  std::vector<float> row = randn(static_cast<size_t>(vocab), kind == 1 ? 0.5f : 2.0f);
+  std::uniform_int_distribution<int64_t> any(0, vocab - 1);
+  if (kind != 1)
+    for (int i = 0; i < 8; ++i) row[static_cast<size_t>(any(rng))] += 8.0f + static_cast<float>(i);
+  if (kind == 2)
+    for (size_t i = 0; i < row.size(); i += 2) row[i] = -INFINITY;
+  if (kind == 3)
+    for (float& l : row) l = std::round(l * 64.0f) / 64.0f;
+  return row;
+}
+
+// Whether the host sampler, with the draw, top_p or min_p moved by a relative 1e-9, picks `token`: a pick decided
+// by float rounding at a boundary (sampling.cu says how close it must be), not a wrong one.
+bool boundary_pick(const std::vector<float>& row, strata::model::v4::PickParams p, int32_t token) {
+  for (const double f : {1 - 1e-9, 1 + 1e-9}) {
+    strata::model::v4::PickParams q = p;
+    q.uniform = std::min(p.uniform * f, std::nextafter(1.0, 0.0));
+    if (strata::engine::pick_token(row, q) == token) return true;
+    q = p;
+    q.top_p = std::min(p.top_p * f, 1.0);
+    if (p.top_p < 1 && strata::engine::pick_token(row, q) == token) return true;
+    q = p;
+    q.min_p = std::min(p.min_p * f, 1.0);
+    if (p.min_p > 0 && strata::engine::pick_token(row, q) == token) return true;
+  }
+  return false;
+}
+
+// The device's random picks (sampling.cu) against the host sampler's (engine::pick_token, the same code as
+// sample_token) on fresh random vocabulary rows of the V4 size, for every combination of temperature, top_k,
+// top_p and min_p, several draws each: identical ids. A pick that differs must be a boundary case (above) — counted
+// and bounded — and a row left to the host (kPickOnHost) is counted: none is expected on these rows. Run twice, in
+// reversed order: the same ids (deterministic, and a row's pick does not depend on its neighbours).
+void check_sample_rows(int64_t vocab, int rows_per_kind) {
+  using strata::cuda::RowPick;
+  std::vector<float> logits;
+  std::vector<int> kind_of;
+  for (int kind = 0; kind < 4; ++kind)
+    for (int r = 0; r < rows_per_kind; ++r) {
+      const std::vector<float> row = sampling_row(kind, vocab);
+      logits.insert(logits.end(), row.begin(), row.end());
+      kind_of.push_back(kind);
+    }
+  const int rows = static_cast<int>(kind_of.size());
+  std::vector<strata::model::v4::PickParams> params;
+  std::vector<RowPick> picks;
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (int r = 0; r < rows; ++r)
+    for (const double t : {0.5, 1.0, 1.5})
+      for (const int64_t k : {1, 20, 1000, 0})
+        for (const double top_p : {0.1, 0.9, 1.0})
+          for (const double min_p : {0.0, 0.02})
+            for (int draw = 0; draw < 2; ++draw) {
+              const double u = strata::engine::counter_uniform(rng(), static_cast<uint64_t>(draw));
+              params.push_back({t, k, top_p, min_p, u});
+              picks.push_back({1.0 / t, top_p, min_p, u, static_cast<int32_t>(k), r});
+            }
+  const size_t n = picks.size();
+  DeviceBuffer<float> dx(logits);
+  DeviceBuffer<RowPick> dp(picks);
+  DeviceBuffer<int32_t> dout(n);
+  dout.fill_bytes(0x7f);
+  strata::cuda::sample_rows(dx.data(), vocab, dp.data(), static_cast<int64_t>(n), dout.data(), nullptr);
+  const std::vector<int32_t> got = dout.download();
+  std::vector<RowPick> reversed(picks.rbegin(), picks.rend());
+  DeviceBuffer<RowPick> dr(reversed);
+  dout.fill_bytes(0x7f);
+  strata::cuda::sample_rows(dx.data(), vocab, dr.data(), static_cast<int64_t>(n), dout.data(), nullptr);
+  const std::vector<int32_t> again = dout.download();
+
+  int64_t wrong[4] = {}, boundary[4] = {}, on_host[4] = {}, unstable = 0, total[4] = {};
+  for (size_t i = 0; i < n; ++i) {
+    const int kind = kind_of[static_cast<size_t>(picks[i].row)];
+    ++total[kind];
+    unstable += again[n - 1 - i] != got[i];
+    if (got[i] == strata::cuda::kPickOnHost) {
+      ++on_host[kind];
+      continue;
+    }
+    const std::vector<float> row(logits.begin() + picks[i].row * vocab, logits.begin() + (picks[i].row + 1) * vocab);
+    const int32_t want = strata::engine::pick_token(row, params[i]);
+    if (got[i] == want) continue;
+    if (got[i] >= 0 && got[i] < vocab && boundary_pick(row, params[i], got[i]))
+      ++boundary[kind];
+    else
+      ++wrong[kind];
+  }
+  const char* names[4] = {"peaked", "flat", "half -inf", "ties"};
+  for (int kind = 0; kind < 4; ++kind) {
+    // A boundary pick needs a running mass within ~1e-12 of its target: none expected; allow 1 in 1000.
+    const bool ok = wrong[kind] == 0 && on_host[kind] == 0 && boundary[kind] * 1000 <= total[kind] && unstable == 0;
+    failures += !ok;
+    std::printf("%-18s %-34s %lld/%lld differ (%lld at a boundary), %lld left to host, %lld unstable  %s\n",
+                "sample_rows", (std::to_string(vocab) + " vocab, " + names[kind]).c_str(),
+                static_cast<long long>(wrong[kind] + boundary[kind]), static_cast<long long>(total[kind]),
+                static_cast<long long>(boundary[kind]), static_cast<long long>(on_host[kind]),
+                static_cast<long long>(unstable), ok ? "PASS" : "FAIL");
+  }
+}
+
+// Rows the kernel must leave to the host: no finite logit, or a cut inside more than 4096 equal logits.
+void check_sample_rows_on_host(int64_t vocab) {
+  using strata::cuda::RowPick;
+  std::vector<float> logits(static_cast<size_t>(2 * vocab), 1.5f);
+  std::fill(logits.begin(), logits.begin() + vocab, -INFINITY);
+  const std::vector<RowPick> picks = {{1.0, 1.0, 0.0, 0.3, 0, 0}, {1.0, 1.0, 0.0, 0.3, 20, 1}, {1.0, 1.0, 0.0, 0.3, 0, 1}};
+  DeviceBuffer<float> dx(logits);
+  DeviceBuffer<RowPick> dp(picks);
+  DeviceBuffer<int32_t> dout(picks.size());
+  dout.fill_bytes(0x7f);
+  strata::cuda::sample_rows(dx.data(), vocab, dp.data(), 3, dout.data(), nullptr);
+  const std::vector<int32_t> got = dout.download();
+  // An all-equal row without filters is walked in id order (no bucket sorted), so the device takes it.
+  const std::vector<float> equal(logits.begin() + vocab, logits.end());
+  const bool ok = got[0] == strata::cuda::kPickOnHost && got[1] == strata::cuda::kPickOnHost &&
+                  got[2] == strata::engine::pick_token(equal, {1.0, 0, 1.0, 0.0, 0.3});
+  failures += !ok;
+  std::printf("%-18s %-34s picks %d, %d, %d  %s\n", "sample_rows", "all -inf; top_k in equal; equal", got[0], got[1],
+              got[2], ok ? "PASS" : "FAIL");
+}
+
+// Time of the device picks for a batch of 256 peaked rows, per parameter set (CUDA events, median of 5).
+void time_sample_rows(int64_t vocab) {
+  using strata::cuda::RowPick;
+  const int rows = 256;
+  std::vector<float> logits;
+  for (int r = 0; r < rows; ++r) {
+    const std::vector<float> row = sampling_row(0, vocab);
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  DeviceBuffer<float> dx(logits);
+  DeviceBuffer<int32_t> dout(static_cast<size_t>(rows));
+  const struct {
+    const char* name;
+    double top_p, min_p;
+    int32_t top_k;
+  } sets[] = {{"temperature only", 1.0, 0.0, 0}, {"top_k 20", 1.0, 0.0, 20}, {"top_p 0.9", 0.9, 0.0, 0},
+              {"top_k 1000 top_p 0.9 min_p", 0.9, 0.02, 1000}};
+  cudaEvent_t start, stop;
+  STRATA_CUDA_CHECK(cudaEventCreate(&start));
+  STRATA_CUDA_CHECK(cudaEventCreate(&stop));
+  for (const auto& set : sets) {
+    std::vector<RowPick> picks;
+    for (int r = 0; r < rows; ++r) picks.push_back({1.0, set.top_p, set.min_p, (r + 0.5) / rows, set.top_k, r});
+    DeviceBuffer<RowPick> dp(picks);
+    std::vector<float> ms;
+    for (int rep = 0; rep < 6; ++rep) {
+      STRATA_CUDA_CHECK(cudaEventRecord(start));
+      strata::cuda::sample_rows(dx.data(), vocab, dp.data(), rows, dout.data(), nullptr);
+      STRATA_CUDA_CHECK(cudaEventRecord(stop));
+      STRATA_CUDA_CHECK(cudaEventSynchronize(stop));
+      float t = 0;
+      STRATA_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+      if (rep > 0) ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    std::printf("%-18s %-34s %.3f ms for %d rows (timing, no bar)\n", "sample_rows", set.name, ms[ms.size() / 2], rows);
+  }
+  STRATA_CUDA_CHECK(cudaEventDestroy(start));
+  STRATA_CUDA_CHECK(cudaEventDestroy(stop));
+}
+
 }  // namespace
 
 int main() {
@@ -593,6 +761,10 @@ int main() {
       check_moe_gemm(3, 6, 16, 512, 128, fp8);
       check_moe_gemm(700, 6, 64, 128, 256, fp8);
     }
+    check_sample_rows(129280, 6);
+    check_sample_rows(1000, 4);
+    check_sample_rows_on_host(129280);
+    time_sample_rows(129280);
     STRATA_CUDA_CHECK(cudaDeviceSynchronize());
   } catch (const std::exception& e) {
     std::printf("error: %s\n", e.what());

@@ -161,6 +161,10 @@ class CudaBackend {
   void set_host_staging(HostStaging* staging) { staging_ = staging; }
   Mat rows_to_host(const Tensor& x, const std::vector<int64_t>& rows);
   std::vector<int32_t> argmax_rows(const Tensor& x, const std::vector<int64_t>& rows);
+  // The listed rows' random picks (engine::sample_token without penalties or logprobs) made on the device
+  // (sampling.cu), only the ids coming home; a row the kernel leaves to the host comes home and is sampled there.
+  std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<int64_t>& rows,
+                                   const std::vector<model::v4::PickParams>& picks);
 
   Tensor embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies);
   Tensor linear(const Tensor& x, const WeightRef& w);

@@ -1,8 +1,13 @@
 // CudaBackend's end of a step: which logits come home, and how (see logits_out.h).
+#include <algorithm>
 #include <cstring>
+#include <span>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/sampling.h"
+#include "core/error.h"
+#include "engine/sampler.h"
 
 namespace strata::cuda {
 
@@ -39,6 +44,40 @@ std::vector<int32_t> CudaBackend::argmax_rows(const Tensor& x, const std::vector
   cuda::argmax_rows(x.data, x.cols, d_rows, static_cast<int64_t>(rows.size()), d_out, stream_);
   STRATA_CUDA_CHECK(cudaMemcpyAsync(out.data(), d_out, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return out;
+}
+
+std::vector<int32_t> CudaBackend::sample_rows(const Tensor& x, const std::vector<int64_t>& rows,
+                                              const std::vector<model::v4::PickParams>& picks) {
+  const OpClock::Scope timed_op_(clock_, "sample_rows", rows_.rows, stream_);
+  std::vector<int32_t> out(rows.size());
+  if (rows.empty()) return out;
+  // Masses are summed as 64-bit multiples of 2^-46 of the top token's probability (sampling.cu).
+  if (x.cols >= (int64_t{1} << 17)) fail("sample_rows: a vocabulary of ", x.cols, " tokens; the device sampler takes < 131072");
+  std::vector<RowPick> host(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const model::v4::PickParams& p = picks[i];
+    host[i].inv_temperature = 1.0 / p.temperature;
+    host[i].top_p = p.top_p;
+    host[i].min_p = p.min_p;
+    host[i].uniform = p.uniform;
+    host[i].top_k = static_cast<int32_t>(std::min<int64_t>(p.top_k, x.cols));
+    host[i].row = static_cast<int32_t>(rows[i]);
+  }
+  auto* d_picks = static_cast<RowPick*>(scratch_.bytes(host.size() * (sizeof(RowPick) + sizeof(int32_t))));
+  auto* d_out = reinterpret_cast<int32_t*>(d_picks + host.size());
+  // From pageable memory the copy is staged before the call returns, so `host` may go out of scope after it.
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(d_picks, host.data(), host.size() * sizeof(RowPick), cudaMemcpyHostToDevice, stream_));
+  cuda::sample_rows(x.data, x.cols, d_picks, static_cast<int64_t>(rows.size()), d_out, stream_);
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(out.data(), d_out, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // Rows the kernel leaves to the host (no finite logit, or thousands of near-equal logits at a cut): the row home.
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (out[i] != kPickOnHost) continue;
+    std::vector<float> row(static_cast<size_t>(x.cols));
+    STRATA_CUDA_CHECK(cudaMemcpy(row.data(), x.data + rows[i] * x.cols, row.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    out[i] = engine::pick_token(row, picks[i]);
+  }
   return out;
 }
 
