@@ -98,6 +98,12 @@ std::vector<TokenEvent> Engine::step() {
     // takes it where the logits are (on a GPU only the id comes home).
     const SamplingParams& p = c.seq->params;
     mc.argmax_only = c.samples && p.greedy() && !p.logprobs && !p.uses_history();
+    // So is a random pick without them: the engine computes the draw (the same number sample_token would use) and
+    // the backend picks with it where the logits are (model::v4::PickParams).
+    mc.sample_only = c.samples && !p.greedy() && !p.logprobs && !p.uses_history();
+    if (mc.sample_only)
+      mc.pick = {p.temperature, p.top_k, p.top_p, p.min_p,
+                 counter_uniform(c.seq->seed, static_cast<uint64_t>(c.seq->output.size()))};
     chunks.push_back(std::move(mc));
     if (c.start < static_cast<int64_t>(c.seq->prompt.size()))
       totals_.prompt_tokens += std::min<int64_t>(c.count, static_cast<int64_t>(c.seq->prompt.size()) - c.start);
@@ -117,6 +123,8 @@ std::vector<TokenEvent> Engine::step() {
     SampledToken t;
     if (chunks[i].argmax_only)
       t.id = chunks[i].argmax;
+    else if (chunks[i].sample_only)
+      t.id = chunks[i].sampled;
     else
       t = sample_token({logits[i].row(0), static_cast<size_t>(vocab)}, s.params, s.history, s.seed,
                        static_cast<uint64_t>(s.output.size()));

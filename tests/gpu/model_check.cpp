@@ -1,6 +1,7 @@
 // The whole V4 forward on the CUDA backend against the CPU reference, on the GPU machine (tests/gpu/run.sh).
 // For each checkpoint given: a prompt crossing every window and compression boundary, prefilled whole and in
-// chunks, then greedy decode steps; and three sequences batched in one StatePool against solo runs.
+// chunks, then greedy decode steps; and three sequences batched in one StatePool against solo runs, with twins of
+// the last that ask only for the device's greedy pick and for its random pick (sampling.cu).
 // Reports ‖Δ‖/‖ref‖ over logits rows and how many greedy tokens agree; the per-layer residual streams of the first
 // step show where the two backends part. Exit status: 0 pass, 1 fail, 2 error.
 //
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/sampler.h"
 #include "model/deepseek_v4/model.h"
 #include "model/deepseek_v4/state_pool.h"
 
@@ -146,8 +148,8 @@ void check_batch(const std::string& name, const Bar& bar, const Model& cpu, cons
   const int64_t vocab = cpu.config().vocab_size;
   const std::vector<int64_t> lens = {5, 131, 300};
   StatePoolLimits limits;
-  limits.max_sequences = 4;
-  limits.entry_pages = 4 * gpu.pages_for_tokens(400);
+  limits.max_sequences = 5;
+  limits.entry_pages = 5 * gpu.pages_for_tokens(400);
   StatePool pool(gpu, limits);
   std::vector<SequenceState> solo;
   std::vector<SequenceState*> batched;
@@ -161,6 +163,11 @@ void check_batch(const std::string& name, const Bar& bar, const Model& cpu, cons
   // must be a maximum of the twin's logits row (up to the rounding of an equal row elsewhere in the batch).
   SequenceState* twin = pool.acquire();
   int64_t argmax_misses = 0;
+  // A fifth twin asks only for a random pick (temperature, top-k, top-p, min-p by step), made on the device: it
+  // must be the host sampler's pick from the twin's row with the same draw (or one a 1e-6 nudge of the draw or of
+  // top_p gives: the twin rows may differ in the last bits, see above).
+  SequenceState* sample_twin = pool.acquire();
+  int64_t sample_misses = 0;
   for (int step = 0; step < 9; ++step) {
     std::vector<SequenceChunk> chunks;
     for (size_t q = 0; q < lens.size(); ++q) {
@@ -179,12 +186,34 @@ void check_batch(const std::string& name, const Bar& bar, const Model& cpu, cons
       return;
     }
     chunks.push_back({chunks.back().tokens, twin, false, true});
+    if (!pool.reserve(*sample_twin, static_cast<int64_t>(chunks.back().tokens.size()))) {
+      std::printf("%-10s batch: the pool could not reserve pages\n", name.c_str());
+      ++failures;
+      return;
+    }
+    SequenceChunk sampled{chunks.back().tokens, sample_twin, false};
+    sampled.sample_only = true;
+    sampled.pick = {step % 3 == 0 ? 0.7 : 1.2, step % 2 == 0 ? 0 : 20, step % 3 == 1 ? 1.0 : 0.9,
+                    step % 4 == 3 ? 0.05 : 0.0, engine::counter_uniform(1234, static_cast<uint64_t>(step))};
+    chunks.push_back(sampled);
     const std::vector<Mat> out = gpu.forward_batch(chunks);
     const Mat& twin_row = out[lens.size() - 1];
     const float best = twin_row.row(0)[argmax(twin_row.row(0), vocab)];
-    const int32_t pick = chunks.back().argmax;
-    argmax_misses += pick < 0 || pick >= vocab || !out.back().v.empty() ||
+    const int32_t pick = chunks[lens.size()].argmax;
+    argmax_misses += pick < 0 || pick >= vocab || !out[lens.size()].v.empty() ||
                      twin_row.row(0)[pick] < best - 1e-5f * std::fabs(best);
+    const std::span<const float> row(twin_row.row(0), static_cast<size_t>(vocab));
+    const int32_t drawn = chunks.back().sampled;
+    bool near = drawn == engine::pick_token(row, sampled.pick);
+    for (const double f : {1 - 1e-6, 1 + 1e-6}) {
+      model::v4::PickParams nudged = sampled.pick;
+      nudged.uniform *= f;
+      near = near || drawn == engine::pick_token(row, nudged);
+      nudged = sampled.pick;
+      nudged.top_p = std::min(1.0, nudged.top_p * f);
+      near = near || drawn == engine::pick_token(row, nudged);
+    }
+    sample_misses += !near || !out.back().v.empty();
     for (size_t q = 0; q < lens.size(); ++q) {
       const Mat ref = reference.forward(chunks[q].tokens, solo[q], false);
       errors.push_back(rel_error(out[q].row(0), ref.row(0), vocab));
@@ -193,13 +222,13 @@ void check_batch(const std::string& name, const Bar& bar, const Model& cpu, cons
   }
   const double quantile = bar.precision == Precision::Fp8 ? bar.quantile : 1.0;
   const double judged = at_quantile(errors, quantile);
-  const bool ok = judged <= bar.limit && argmax_misses == 0;
+  const bool ok = judged <= bar.limit && argmax_misses == 0 && sample_misses == 0;
   failures += !ok;
   std::printf("%-16s %-4s batch of 3 (5, 131, 300 + 8 steps) vs solo %s  rel.err p%.0f %.2e (limit %.0e) max %.2e  "
-              "device argmax %lld/9 off  %s\n",
+              "device argmax %lld/9 off  device sample %lld/9 off  %s\n",
               name.c_str(), precision_name(bar.precision), bar.precision == Precision::Bf16 ? "gpu" : "cpu",
               quantile * 100, judged, bar.limit, at_quantile(errors, 1.0), static_cast<long long>(argmax_misses),
-              ok ? "PASS" : "FAIL");
+              static_cast<long long>(sample_misses), ok ? "PASS" : "FAIL");
 }
 
 }  // namespace

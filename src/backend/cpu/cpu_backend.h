@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "engine/sampler.h"
 #include "model/config.h"
 #include "model/deepseek_v4/rope.h"
 #include "model/deepseek_v4/step.h"
@@ -42,6 +43,14 @@ class CpuBackend {
   std::vector<int32_t> argmax_rows(const Mat& x, const std::vector<int64_t>& rows) const {
     std::vector<int32_t> out;
     for (int64_t r : rows) out.push_back(static_cast<int32_t>(std::max_element(x.row(r), x.row(r) + x.cols) - x.row(r)));
+    return out;
+  }
+  // Per listed row, the engine sampler's random pick with its parameters (what the CUDA backend does on the device).
+  std::vector<int32_t> sample_rows(const Mat& x, const std::vector<int64_t>& rows,
+                                   const std::vector<model::v4::PickParams>& picks) const {
+    std::vector<int32_t> out;
+    for (size_t i = 0; i < rows.size(); ++i)
+      out.push_back(engine::pick_token({x.row(rows[i]), static_cast<size_t>(x.cols)}, picks[i]));
     return out;
   }
 

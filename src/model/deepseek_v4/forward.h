@@ -66,23 +66,29 @@ class Forward {
     Tensor y = b_.hyper_head(w_, streams, wanted, cfg_);
     b_.rms_norm_rows(y, &w_.norm, cfg_.rms_norm_eps);
     const Tensor logits = b_.linear(y, w_.head);
-    // Rows of `logits` (chunk after chunk) that go home whole, and rows of which only the greedy pick is wanted: the
-    // backend takes those argmaxes where the logits are.
-    std::vector<int64_t> whole_rows, argmax_rows;
+    // Rows of `logits` (chunk after chunk) that go home whole, rows of which only the greedy pick is wanted, and
+    // rows of which only a random pick is wanted: the backend makes those picks where the logits are.
+    std::vector<int64_t> whole_rows, argmax_rows, sample_rows;
+    std::vector<PickParams> sample_params;
     int64_t at = 0;
     for (const SequenceChunk& ch : chunks) {
       const int64_t count = ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : 1;
-      for (int64_t i = 0; i < count; ++i) (ch.argmax_only ? argmax_rows : whole_rows).push_back(at + i);
+      for (int64_t i = 0; i < count; ++i) {
+        if (ch.sample_only) sample_params.push_back(ch.pick);
+        (ch.argmax_only ? argmax_rows : ch.sample_only ? sample_rows : whole_rows).push_back(at + i);
+      }
       at += count;
     }
     const Mat host = b_.rows_to_host(logits, whole_rows);
     const std::vector<int32_t> picks = b_.argmax_rows(logits, argmax_rows);
+    const std::vector<int32_t> sampled = b_.sample_rows(logits, sample_rows, sample_params);
     b_.end_step(step);
     std::vector<Mat> out;
-    int64_t next_whole = 0, next_pick = 0;
+    int64_t next_whole = 0, next_pick = 0, next_sample = 0;
     for (SequenceChunk& ch : chunks) {
-      if (ch.argmax_only) {
-        ch.argmax = picks[static_cast<size_t>(next_pick++)];
+      if (ch.argmax_only || ch.sample_only) {
+        if (ch.argmax_only) ch.argmax = picks[static_cast<size_t>(next_pick++)];
+        if (ch.sample_only) ch.sampled = sampled[static_cast<size_t>(next_sample++)];
         out.emplace_back(0, cfg_.vocab_size);
         continue;
       }

@@ -54,6 +54,12 @@ StepRows make_step_rows(const ModelConfig& cfg, const std::vector<SequenceChunk>
       fail("forward: sequence ", c, " of the batch has no state for this model");
     if (ch.argmax_only && ch.all_logits)
       fail("forward: sequence ", c, " of the batch asks for all logits and for only the argmax");
+    if (ch.sample_only && (ch.all_logits || ch.argmax_only))
+      fail("forward: sequence ", c, " of the batch asks for only a random pick and for ",
+           ch.all_logits ? "all logits" : "only the argmax");
+    if (ch.sample_only && !(ch.pick.temperature > 0 && ch.pick.uniform >= 0 && ch.pick.uniform < 1))
+      fail("forward: sequence ", c, " of the batch asks for a random pick at temperature ", ch.pick.temperature,
+           " with draw ", ch.pick.uniform, " (expected a temperature > 0 and a draw in [0, 1))");
     for (size_t other = 0; other < c; ++other)
       if (chunks[other].state == ch.state) fail("forward: sequence state ", c, " appears twice in one batch");
     for (int32_t t : ch.tokens)

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/deepseek_v4/pick.h"
 #include "model/deepseek_v4/state.h"
 
 namespace strata::model::v4 {
@@ -25,6 +26,12 @@ struct SequenceChunk {
   // is then empty. Not with all_logits.
   bool argmax_only = false;
   int32_t argmax = -1;  // out: the first maximum of the last token's logits, when argmax_only
+  // Only a random pick from the last token's logits is wanted (temperature, top-k, min-p, top-p; no penalties, no
+  // logprobs): the backend makes it where the logits are, as the engine's sampler would with `pick`, and writes it
+  // to `sampled`; the chunk's logits Mat is then empty. Not with all_logits or argmax_only.
+  bool sample_only = false;
+  PickParams pick = {};
+  int32_t sampled = -1;  // out: the token picked, when sample_only
 };
 
 // Rows of a step: the chunks' tokens one after another.

@@ -1,0 +1,158 @@
+// Random picks made by the backend (SequenceChunk::sample_only, engine::pick_token): the same token as the engine's
+// sampler for the same logits, parameters and draw, on the CPU backend beside chunks that take their logits home;
+// and the sampler's own walk order, against a reference that sorts everything.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "core/error.h"
+#include "engine/sampler.h"
+#include "tiny_model.h"
+
+namespace strata::engine {
+namespace {
+
+using model::v4::PickParams;
+
+PickParams pick_of(const SamplingParams& p, uint64_t seed, uint64_t step) {
+  return {p.temperature, p.top_k, p.top_p, p.min_p, counter_uniform(seed, step)};
+}
+
+// The sampler's semantics written the slow, obvious way: sort the whole vocabulary most likely first (ties by id),
+// keep the top_k, then those with probability ≥ min_p, then the shortest prefix reaching top_p of their mass, and
+// walk the kept set — in id order when nothing was filtered out and top_p is off, else in likelihood order — to the
+// first token whose running mass passes u · total.
+int32_t reference_pick(const std::vector<float>& logits, const SamplingParams& p, double u) {
+  const size_t n = logits.size();
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  const double top = logits[order[0]], inv_t = 1.0 / p.temperature;
+  auto prob = [&](int32_t id) { return std::exp((logits[id] - top) * inv_t); };
+  size_t keep = p.top_k > 0 ? std::min(n, static_cast<size_t>(p.top_k)) : n;
+  if (p.min_p > 0) {
+    size_t above = 0;
+    while (above < keep && prob(order[above]) >= p.min_p) ++above;
+    keep = std::max<size_t>(above, 1);
+  }
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += prob(order[i]);
+  if (p.top_p < 1) {
+    double mass = 0;
+    size_t k = 0;
+    while (k < keep && mass < p.top_p * total) mass += prob(order[k++]);
+    keep = std::max<size_t>(k, 1);
+    total = 0;
+    for (size_t i = 0; i < keep; ++i) total += prob(order[i]);
+  }
+  const bool by_id = keep == n && p.top_p >= 1;
+  if (by_id) std::iota(order.begin(), order.end(), 0);
+  double acc = 0;
+  int32_t id = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    id = order[i];
+    if ((acc += prob(id)) > u * total) break;
+  }
+  return id;
+}
+
+std::vector<SamplingParams> parameter_sets() {
+  std::vector<SamplingParams> sets;
+  for (double t : {0.3, 1.0, 1.7})
+    for (int64_t k : {0, 1, 20, 1000})
+      for (double top_p : {0.1, 0.9, 1.0})
+        for (double min_p : {0.0, 0.05}) {
+          SamplingParams p;
+          p.temperature = t;
+          p.top_k = k;
+          p.top_p = top_p;
+          p.min_p = min_p;
+          sets.push_back(p);
+        }
+  return sets;
+}
+
+// Random rows with ties (logits on a grid) so the tie order matters, and a vocabulary where top_k = 1000 filters.
+TEST(Pick, SamplerMatchesTheSortEverythingReferenceAndPickToken) {
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  int64_t compared = 0, differ = 0;
+  for (int row = 0; row < 24; ++row) {
+    std::vector<float> logits(3000);
+    for (float& l : logits) l = std::round(normal(rng) * 8.0f) / 8.0f;
+    for (const SamplingParams& p : parameter_sets())
+      for (uint64_t step = 0; step < 3; ++step) {
+        const uint64_t seed = 100 + static_cast<uint64_t>(row);
+        const int32_t host = sample_token(logits, p, {}, seed, step).id;
+        EXPECT_EQ(pick_token(logits, pick_of(p, seed, step)), host);
+        // Sums in another order may round differently: only a draw within ~1e-13 of a boundary can disagree.
+        differ += reference_pick(logits, p, counter_uniform(seed, step)) != host;
+        ++compared;
+      }
+  }
+  EXPECT_LE(differ, 0) << differ << " of " << compared << " picks differ from the reference";
+}
+
+// A chunk asking for a random pick gets the token the sampler picks from the logits it would otherwise get, with
+// the draw of (seed, step), beside a chunk that takes its logits home and one that asks for the argmax.
+TEST(Pick, SampleOnlyChunksGetTheSamplersPick) {
+  const auto m = test::tiny_model("pick", 3);
+  const std::vector<SamplingParams> sets = parameter_sets();
+  std::vector<model::v4::SequenceState> solo(3), batched(3);
+  for (int q = 0; q < 3; ++q) solo[q] = m->new_sequence(), batched[q] = m->new_sequence();
+  int64_t checked = 0;
+  for (int step = 0; step < 6; ++step) {
+    std::vector<model::v4::SequenceChunk> chunks;
+    std::vector<Mat> expected;
+    std::vector<SamplingParams> params;
+    for (int q = 0; q < 3; ++q) {
+      std::vector<int32_t> toks(step == 0 ? 9 + q * 60 : 1);
+      for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 37 + q * 101 + step * 7 + 3) % 512);
+      expected.push_back(m->forward(toks, solo[q], false));
+      model::v4::SequenceChunk ch{toks, &batched[q], false};
+      params.push_back(sets[static_cast<size_t>(step * 3 + q) % sets.size()]);
+      if (q != 1) {
+        ch.sample_only = true;
+        ch.pick = pick_of(params.back(), 77 + static_cast<uint64_t>(q), static_cast<uint64_t>(step));
+      }
+      chunks.push_back(ch);
+    }
+    const std::vector<Mat> got = m->forward_batch(chunks);
+    for (int q = 0; q < 3; ++q) {
+      if (q == 1) {
+        ASSERT_EQ(got[q].v, expected[q].v) << "step " << step;
+        continue;
+      }
+      EXPECT_TRUE(got[q].v.empty());
+      const int32_t want = sample_token({expected[q].row(0), static_cast<size_t>(expected[q].cols)}, params[q], {},
+                                        77 + static_cast<uint64_t>(q), static_cast<uint64_t>(step)).id;
+      EXPECT_EQ(chunks[q].sampled, want) << "sequence " << q << " step " << step;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 12);
+}
+
+TEST(Pick, SampleOnlyRefusesOtherRequestsOfTheSameChunk) {
+  const auto m = test::tiny_model("pick-refuse", 3);
+  for (int variant = 0; variant < 3; ++variant) {
+    auto st = m->new_sequence();
+    std::vector<model::v4::SequenceChunk> chunks{{{1, 2}, &st, variant == 0}};
+    chunks[0].sample_only = true;
+    chunks[0].argmax_only = variant == 1;
+    if (variant == 2) chunks[0].pick.temperature = 0;
+    try {
+      m->forward_batch(chunks);
+      ADD_FAILURE() << "variant " << variant << ": expected an error";
+    } catch (const Error& e) {
+      const std::string want = variant == 0 ? "all logits" : variant == 1 ? "only the argmax" : "temperature 0";
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::engine
