@@ -37,20 +37,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   const T* wr = w + g * stride_w + row * ldw;
   float acc[M] = {};
   if (active) {
-    // The next kUnroll vectors are requested before this round's products: the loads of a row stay in flight
-    // back to back instead of one round trip per round.
-    const int64_t step = round * kUnroll;
-    uint4 wv[kUnroll], next[kUnroll];
-    auto load = [&](uint4* v, int64_t c0) {
+    for (int64_t c0 = k0 + static_cast<int64_t>(lane) * kVec; c0 < k1; c0 += round * kUnroll) {
+      uint4 wv[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = c0 + static_cast<int64_t>(u) * round;
-        if (c < k1) v[u] = *reinterpret_cast<const uint4*>(wr + c);
+        if (c < k1) wv[u] = *reinterpret_cast<const uint4*>(wr + c);
       }
-    };
-    load(wv, k0 + static_cast<int64_t>(lane) * kVec);
-    for (int64_t c0 = k0 + static_cast<int64_t>(lane) * kVec; c0 < k1; c0 += step) {
-      if (c0 + step < k1) load(next, c0 + step);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = c0 + static_cast<int64_t>(u) * round;
@@ -65,8 +58,6 @@ __global__ void __launch_bounds__(kWarps * 32)
           for (int v = 0; v < kVec; ++v) acc[t] += to_float(wt[v]) * to_float(xt[v]);
         }
       }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) wv[u] = next[u];
     }
   }
 #pragma unroll
