@@ -80,49 +80,29 @@ CpuBackend::Mix CpuBackend::hc_pre(const HyperConnectionWeights& w, const Mat& s
   m.post.resize(static_cast<size_t>(n * hc));
   m.comb.resize(static_cast<size_t>(n * hc * hc));
   collapsed = Mat(n, d);
-#pragma omp parallel for schedule(static)
-  for (int64_t s = 0; s < n; ++s) {
-    std::vector<float> flat(streams.row(s), streams.row(s) + hc * d);
-    rms_norm(flat.data(), hc * d, nullptr, cfg.rms_norm_eps);
-    std::vector<float> mix(static_cast<size_t>(mix_n));
-    for (int64_t i = 0; i < mix_n; ++i) mix[i] = dot(w.fn.data() + i * hc * d, flat.data(), hc * d);
-    std::vector<float> pre(static_cast<size_t>(hc));
-    for (int64_t h = 0; h < hc; ++h) {
-      pre[h] = sigmoid(mix[h] * w.scale[0] + w.base[h]) + eps;
-      m.post[s * hc + h] = 2.0f * sigmoid(mix[hc + h] * w.scale[1] + w.base[hc + h]);
-    }
-    float* comb = m.comb.data() + s * hc * hc;
-    for (int64_t i = 0; i < hc * hc; ++i) comb[i] = mix[2 * hc + i] * w.scale[2] + w.base[2 * hc + i];
-    for (int64_t i = 0; i < hc; ++i) {
-      softmax(comb + i * hc, hc);
-      for (int64_t j = 0; j < hc; ++j) comb[i * hc + j] += eps;
-    }
-    // Sinkhorn-Knopp onto doubly-stochastic matrices: columns first, then rows and columns alternately.
-    auto normalize_columns = [&] {
-      for (int64_t j = 0; j < hc; ++j) {
-        float sum = 0;
-        for (int64_t i = 0; i < hc; ++i) sum += comb[i * hc + j];
-        for (int64_t i = 0; i < hc; ++i) comb[i * hc + j] /= sum + eps;
+#pragma omp parallel
+  {
+    std::vector<float> flat(static_cast<size_t>(hc * d)), mix(static_cast<size_t>(mix_n)), pre(static_cast<size_t>(hc));
+    std::vector<const float*> stream_rows(static_cast<size_t>(hc));
+#pragma omp for schedule(static)
+    for (int64_t s = 0; s < n; ++s) {
+      std::copy(streams.row(s), streams.row(s) + hc * d, flat.begin());
+      rms_norm(flat.data(), hc * d, nullptr, cfg.rms_norm_eps);
+      dot_rows(flat.data(), w.fn.data(), hc * d, mix_n, hc * d, mix.data());
+      for (int64_t h = 0; h < hc; ++h) {
+        pre[h] = sigmoid(mix[h] * w.scale[0] + w.base[h]) + eps;
+        m.post[s * hc + h] = 2.0f * sigmoid(mix[hc + h] * w.scale[1] + w.base[hc + h]);
       }
-    };
-    auto normalize_rows = [&] {
+      float* comb = m.comb.data() + s * hc * hc;
+      for (int64_t i = 0; i < hc * hc; ++i) comb[i] = mix[2 * hc + i] * w.scale[2] + w.base[2 * hc + i];
       for (int64_t i = 0; i < hc; ++i) {
-        float sum = 0;
-        for (int64_t j = 0; j < hc; ++j) sum += comb[i * hc + j];
-        for (int64_t j = 0; j < hc; ++j) comb[i * hc + j] /= sum + eps;
+        softmax(comb + i * hc, hc);
+        for (int64_t j = 0; j < hc; ++j) comb[i * hc + j] += eps;
       }
-    };
-    normalize_columns();
-    for (int64_t it = 0; it + 1 < cfg.hc_sinkhorn_iters; ++it) {
-      normalize_rows();
-      normalize_columns();
-    }
-    float* out = collapsed.row(s);
-    const float* x = streams.row(s);
-    for (int64_t k = 0; k < d; ++k) {
-      float acc = 0;
-      for (int64_t h = 0; h < hc; ++h) acc += pre[h] * x[h * d + k];
-      out[k] = acc;
+      sinkhorn(comb, hc, cfg.hc_sinkhorn_iters, eps);
+      // collapsed[k] = Σ_h pre[h] · stream h [k], h in order from 0
+      for (int64_t h = 0; h < hc; ++h) stream_rows[h] = streams.row(s) + h * d;
+      accumulate_rows(collapsed.row(s), pre.data(), stream_rows.data(), hc, d);
     }
   }
   return m;
@@ -130,17 +110,24 @@ CpuBackend::Mix CpuBackend::hc_pre(const HyperConnectionWeights& w, const Mat& s
 
 void CpuBackend::hc_post(const Mix& m, const Mat& block_out, Mat& streams) const {
   const int64_t hc = m.hc, d = block_out.cols;
-#pragma omp parallel for schedule(static)
-  for (int64_t s = 0; s < streams.rows; ++s) {
-    const std::vector<float> old(streams.row(s), streams.row(s) + hc * d);
-    const float* comb = m.comb.data() + s * hc * hc;
-    float* x = streams.row(s);
-    for (int64_t k = 0; k < hc; ++k) {
-      const float post = m.post[s * hc + k];
-      for (int64_t e = 0; e < d; ++e) {
-        float acc = 0;
-        for (int64_t j = 0; j < hc; ++j) acc += comb[j * hc + k] * old[j * d + e];
-        x[k * d + e] = post * block_out.at(s, e) + acc;
+#pragma omp parallel
+  {
+    std::vector<float> old(static_cast<size_t>(hc * d)), mixed(static_cast<size_t>(d)), column(static_cast<size_t>(hc));
+    std::vector<const float*> old_rows(static_cast<size_t>(hc));
+    for (int64_t j = 0; j < hc; ++j) old_rows[j] = old.data() + j * d;
+#pragma omp for schedule(static)
+    for (int64_t s = 0; s < streams.rows; ++s) {
+      float* x = streams.row(s);
+      std::copy(x, x + hc * d, old.begin());
+      const float* comb = m.comb.data() + s * hc * hc;
+      const float* out = block_out.row(s);
+      for (int64_t k = 0; k < hc; ++k) {
+        // mixed[e] = Σ_j comb[j][k] · old[j][e], j in order from 0
+        for (int64_t j = 0; j < hc; ++j) column[j] = comb[j * hc + k];
+        std::fill(mixed.begin(), mixed.end(), 0.0f);
+        accumulate_rows(mixed.data(), column.data(), old_rows.data(), hc, d);
+        const float post = m.post[s * hc + k];
+        for (int64_t e = 0; e < d; ++e) x[k * d + e] = post * out[e] + mixed[e];
       }
     }
   }
@@ -155,9 +142,10 @@ Mat CpuBackend::hyper_head(const ModelWeights& w, const Mat& streams, const std:
     std::vector<float> flat(streams.row(s), streams.row(s) + hc * d);
     rms_norm(flat.data(), hc * d, nullptr, cfg.rms_norm_eps);
     float* out = y.row(static_cast<int64_t>(r));
+    std::vector<float> mix(static_cast<size_t>(hc));
+    dot_rows(flat.data(), w.hc_head_fn.data(), hc * d, hc, hc * d, mix.data());
     for (int64_t h = 0; h < hc; ++h) {
-      const float mixv = dot(w.hc_head_fn.data() + h * hc * d, flat.data(), hc * d);
-      const float pre = sigmoid(mixv * w.hc_head_scale[0] + w.hc_head_base[h]) + static_cast<float>(cfg.hc_eps);
+      const float pre = sigmoid(mix[h] * w.hc_head_scale[0] + w.hc_head_base[h]) + static_cast<float>(cfg.hc_eps);
       for (int64_t c = 0; c < d; ++c) out[c] += pre * streams.at(s, h * d + c);
     }
   }
@@ -254,13 +242,16 @@ Mat CpuBackend::sparse_attention(const Mat& q, const Mat& kv, const std::vector<
   const int64_t n = q.rows, heads = cfg.num_attention_heads, hd = cfg.head_dim, window = cfg.sliding_window;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   Mat out(n, heads * hd);
-#pragma omp parallel for collapse(2) schedule(dynamic, 4)
-  for (int64_t s = 0; s < n; ++s) {
-    for (int64_t h = 0; h < heads; ++h) {
+#pragma omp parallel
+  {
+    std::vector<const float*> keys;  // one query row's keys, shared by its heads
+    std::vector<float> logits;
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t s = 0; s < n; ++s) {
       const int64_t seq = step.rows.sequence[s];
       const int64_t pos = step.rows.position[s], pos0 = step.rows.pos0[seq], first = step.rows.first[seq];
       const LayerState& st = step.layer_state(seq, layer);
-      std::vector<const float*> keys;
+      keys.clear();
       for (int64_t j = std::max<int64_t>(0, pos - window + 1); j <= pos; ++j)
         keys.push_back(j >= pos0 ? kv.row(first + j - pos0) : st.swa.data() + (j % window) * hd);
       if (keys_kind == AttentionKeys::WindowAndPicked) {
@@ -269,14 +260,15 @@ Mat CpuBackend::sparse_attention(const Mat& q, const Mat& kv, const std::vector<
         const int64_t visible = std::min((pos + 1) / st.compressor.rate, st.compressor.n_entries);
         for (int64_t e = 0; e < visible; ++e) keys.push_back(st.compressor.entry(e));
       }
-      const float* qh = q.row(s) + h * hd;
-      std::vector<float> logits(keys.size() + 1);
-      for (size_t j = 0; j < keys.size(); ++j) logits[j] = dot(qh, keys[j], hd) * scale;
-      logits[keys.size()] = sinks[h];  // the sink takes probability mass but contributes no value
-      softmax(logits.data(), static_cast<int64_t>(logits.size()));
-      float* o = out.row(s) + h * hd;
-      for (size_t j = 0; j < keys.size(); ++j)
-        for (int64_t c = 0; c < hd; ++c) o[c] += logits[j] * keys[j][c];
+      const int64_t nk = static_cast<int64_t>(keys.size());
+      logits.resize(keys.size() + 1);
+      for (int64_t h = 0; h < heads; ++h) {
+        dot_many(q.row(s) + h * hd, keys.data(), nk, hd, logits.data());
+        for (int64_t j = 0; j < nk; ++j) logits[j] *= scale;
+        logits[nk] = sinks[h];  // the sink takes probability mass but contributes no value
+        softmax(logits.data(), nk + 1);
+        accumulate_rows(out.row(s) + h * hd, logits.data(), keys.data(), nk, hd);
+      }
     }
   }
   return out;
