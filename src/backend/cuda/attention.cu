@@ -44,18 +44,21 @@ __global__ void sparse_attention_kernel(const float* q, const float* const* keys
                                         int64_t max_keys, const float* sinks, float* out, int64_t heads,
                                         int64_t head_dim, float scale) {
   extern __shared__ float shared[];
-  float* qs = shared;                 // [head_dim]
-  float* logits = shared + head_dim;  // [max_keys]
+  // The key row addresses first (8-byte aligned at the start), then q and the logits.
+  const float** kp = reinterpret_cast<const float**>(shared);     // [max_keys]
+  float* qs = shared + 2 * max_keys;                              // [head_dim]
+  float* logits = qs + head_dim;                                  // [max_keys]
   const int64_t row = blockIdx.x / heads, head = blockIdx.x % heads;
   const float* qh = q + (row * heads + head) * head_dim;
   const float* const* row_keys = keys + row * max_keys;
   const int n = key_count[row];
   for (int64_t c = threadIdx.x; c < head_dim; c += blockDim.x) qs[c] = qh[c];
+  for (int j = threadIdx.x; j < n; j += blockDim.x) kp[j] = row_keys[j];
   __syncthreads();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   for (int j = warp; j < n; j += warps) {
-    const float* k = row_keys[j];
+    const float* k = kp[j];
     float acc = 0.0f;
     for (int64_t c = lane; c < head_dim; c += 32) acc += qs[c] * k[c];
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
@@ -70,9 +73,18 @@ __global__ void sparse_attention_kernel(const float* q, const float* const* keys
   __syncthreads();
 
   float* o = out + (row * heads + head) * head_dim;
+  // Keys in order (the same sums as one key at a time), four keys' loads in flight together.
   for (int64_t c = threadIdx.x; c < head_dim; c += blockDim.x) {
     float acc = 0.0f;
-    for (int j = 0; j < n; ++j) acc += logits[j] * row_keys[j][c];
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+      const float a = kp[j][c], b = kp[j + 1][c], d = kp[j + 2][c], e = kp[j + 3][c];
+      acc += logits[j] * a;
+      acc += logits[j + 1] * b;
+      acc += logits[j + 2] * d;
+      acc += logits[j + 3] * e;
+    }
+    for (; j < n; ++j) acc += logits[j] * kp[j][c];
     o[c] = acc;
   }
 }
@@ -81,7 +93,7 @@ __global__ void sparse_attention_kernel(const float* q, const float* const* keys
 // 64 heads then fills the GPU instead of 64 blocks). Each block returns its keys' max logit, Σexp and unnormalised
 // output; attention_merge_kernel rescales and adds the parts with the sink. Equal to the one-pass softmax up to
 // rounding.
-constexpr int kSplitKeys = 128;
+constexpr int kSplitKeys = 64;
 
 __global__ void attention_split_kernel(const float* q, const float* const* keys, const int32_t* key_count,
                                        int64_t max_keys, float* part_out, float* part_stats, int64_t heads,
@@ -106,15 +118,25 @@ __global__ void attention_split_kernel(const float* q, const float* const* keys,
   __syncthreads();
   // Logits: a warp per key, lanes over 16-byte vectors of the head dimension.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  for (int j = warp; j < j1 - j0; j += warps) {
+  // Two keys per pass, so each lane has both keys' loads in flight together.
+  for (int j = warp; j < j1 - j0; j += 2 * warps) {
+    const bool second = j + warps < j1 - j0;
     const float4* k = kp[j];
-    float acc = 0.0f;
+    const float4* k2 = second ? kp[j + warps] : k;
+    float acc = 0.0f, acc2 = 0.0f;
     for (int64_t c = lane; c < d4; c += 32) {
-      const float4 kv = k[c], qv = qs[c];
+      const float4 kv = k[c], kv2 = k2[c], qv = qs[c];
       acc += qv.x * kv.x + qv.y * kv.y + qv.z * kv.z + qv.w * kv.w;
+      acc2 += qv.x * kv2.x + qv.y * kv2.y + qv.z * kv2.z + qv.w * kv2.w;
     }
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (lane == 0) logits[j] = acc * scale;
+    for (int off = 16; off > 0; off >>= 1) {
+      acc += __shfl_xor_sync(0xffffffffu, acc, off);
+      acc2 += __shfl_xor_sync(0xffffffffu, acc2, off);
+    }
+    if (lane == 0) {
+      logits[j] = acc * scale;
+      if (second) logits[j + warps] = acc2 * scale;
+    }
   }
   __syncthreads();
   const float2 stats = exp_and_sum(logits, j1 - j0, -FLT_MAX);
@@ -166,7 +188,7 @@ void sparse_attention(const float* q, const float* const* keys, const int32_t* k
                       const float* sinks, float* out, int64_t rows, int64_t heads, int64_t head_dim, float scale,
                       cudaStream_t stream) {
   if (rows == 0) return;
-  const size_t shared = static_cast<size_t>(head_dim + max_keys) * sizeof(float);
+  const size_t shared = static_cast<size_t>(head_dim + 3 * max_keys) * sizeof(float);
   if (shared > 48 * 1024)
     STRATA_CUDA_CHECK(cudaFuncSetAttribute(sparse_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(shared)));

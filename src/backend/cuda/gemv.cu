@@ -1,8 +1,8 @@
 // Products with a handful of rows (decode): y[t, n] = x[t, :] · w[n, :] for t < m ≤ kGemvMaxRows. Such a product
 // is bound by reading w once, so the kernel is built for that: each output channel's weight row is streamed by S
 // warps (S = 1, 2, 4 or 8 slices of k), each lane keeping kUnroll 16-byte vectors in flight, the few activation rows
-// read from cache; the slices' sums meet in shared memory in a fixed order. S grows until the grid covers the GPU
-// twice over, so a narrow matrix (a 512-channel projection: 64 blocks at S = 1) still keeps every SM's loads in
+// read from cache; the slices' sums meet in shared memory in a fixed order. S grows until the grid fills the GPU
+// (eight blocks per SM), so a narrow matrix (a 512-channel projection: 64 blocks at S = 1) still keeps every SM's loads in
 // flight. S depends only on the matrix's shape, never on m: a row's result is the same in any batch. `batch`
 // independent products (the grouped o-projection) run as blockIdx.y.
 #include <cuda_bf16.h>
@@ -106,8 +106,9 @@ void launch_split(const void* x, int64_t ldx, int64_t stride_x, const void* w, i
 template <typename T, int M>
 void launch(const void* x, int64_t ldx, int64_t stride_x, const void* w, int64_t ldw, int64_t stride_w, float* y,
             int64_t ldy, int64_t stride_y, int64_t m, int64_t n, int64_t k, int64_t batch, cudaStream_t stream) {
-  // The fewest slices whose grid covers every SM twice (and no slice shorter than two rounds of vectors).
-  const int64_t target = 2 * static_cast<int64_t>(multiprocessors()), vec = 16 / static_cast<int64_t>(sizeof(T));
+  // The fewest slices whose grid fills every SM with eight blocks (and no slice shorter than two rounds of vectors):
+  // a product that fits in one wave then has every row's loads in flight at once instead of in rounds.
+  const int64_t target = 8 * static_cast<int64_t>(multiprocessors()), vec = 16 / static_cast<int64_t>(sizeof(T));
   int split = 1;
   while (split < kWarps && (n + kWarps / split - 1) / (kWarps / split) * batch < target &&
          k / (2 * split) >= 2 * 32 * vec)

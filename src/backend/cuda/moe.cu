@@ -190,8 +190,9 @@ __global__ void moe_grouped_kernel(const T* x, bool x_by_row, MoePlan plan, cons
       const W* rb = kGateUp ? b + n * in : nullptr;
       const float* scale_a = kFp8 ? sa[e] + (n / 128) * scale_cols : nullptr;
       const float* scale_b = kFp8 && kGateUp ? sb[e] + (n / 128) * scale_cols : nullptr;
-      // kUnroll weight vectors per matrix in flight per lane: the loop is bound by how many bytes are in flight.
-      constexpr int kUnroll = kGateUp ? 2 : 4;
+      // kUnroll weight vectors per matrix in flight per lane: the loop is bound by how many bytes are in flight
+      // (4 KiB per warp, as the GEMV that streams the vocabulary head at the copy bandwidth).
+      constexpr int kUnroll = kGateUp ? 4 : 8;
       for (int64_t c0 = static_cast<int64_t>(lane) * kVec; c0 < in; c0 += 32 * kVec * kUnroll) {
         uint4 va[kUnroll], vb[kUnroll];
 #pragma unroll
