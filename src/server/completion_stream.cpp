@@ -103,6 +103,11 @@ CompletionStream::CompletionStream(const CompletionRequest& request, const text:
     }
   }
   unfinished_ = choices_.size();
+  // {"id":…,"model":…} → data: {"id":…,"model":…,"choices":[   …   ],"usage":null}\n\n
+  std::string envelope_json = dump(envelope(true));
+  envelope_json.pop_back();
+  chunk_head_ = "data: " + envelope_json + ",\"choices\":[";
+  chunk_tail_ = std::string("]") + (include_usage_ ? ",\"usage\":null" : "") + "}\n\n";
 }
 
 ojson CompletionStream::envelope(bool chunk) const {
@@ -116,10 +121,27 @@ ojson CompletionStream::envelope(bool chunk) const {
 }
 
 std::string CompletionStream::chunk_sse(ojson choice) const {
-  ojson chunk = envelope(true);
-  chunk["choices"] = ojson::array({std::move(choice)});
-  if (include_usage_) chunk["usage"] = nullptr;
-  return sse_event(dump(chunk));
+  const std::string body = dump(choice);
+  std::string out;
+  out.reserve(chunk_head_.size() + body.size() + chunk_tail_.size());
+  return out.append(chunk_head_).append(body).append(chunk_tail_);
+}
+
+std::string CompletionStream::text_chunk_sse(size_t index, const std::string& text, const Choice& c, bool ending) const {
+  const std::string escaped = text.empty() ? std::string() : dump(ojson(text));  // nlohmann's own escaping
+  const std::string reason = ending ? dump(ojson(c.finish_reason)) : std::string("null");
+  std::string out;
+  out.reserve(chunk_head_.size() + escaped.size() + reason.size() + chunk_tail_.size() + 80);
+  out.append(chunk_head_).append("{\"index\":").append(std::to_string(index));
+  if (endpoint_ == Endpoint::kChatCompletions) {
+    out.append(",\"delta\":{");
+    if (!text.empty()) out.append("\"content\":").append(escaped);
+    out.append("}");
+  } else {
+    out.append(",\"text\":").append(text.empty() ? std::string("\"\"") : escaped);
+  }
+  out.append(",\"logprobs\":null,\"finish_reason\":").append(reason).append("}").append(chunk_tail_);
+  return out;
 }
 
 std::string CompletionStream::begin_sse() {
@@ -247,6 +269,10 @@ StreamUpdate CompletionStream::on_event(size_t index, const engine::TokenEvent& 
 
   const bool has_delta = !delta.content.empty() || !delta.reasoning_content.empty() || !delta.tool_calls.empty();
   if (!has_delta && chunk_logprobs.is_null() && !ending) return update;
+  if (chunk_logprobs.is_null() && delta.reasoning_content.empty() && delta.tool_calls.empty()) {
+    update.sse = text_chunk_sse(index, delta.content, c, ending);
+    return update;
+  }
   ojson choice = ojson::object();
   choice["index"] = index;
   if (endpoint_ == Endpoint::kChatCompletions) {

@@ -85,6 +85,9 @@ class CompletionStream {
   void add_logprobs(Choice& c, const engine::TokenEvent& event, nlohmann::ordered_json& chunk_logprobs) const;
   nlohmann::ordered_json envelope(bool chunk) const;
   std::string chunk_sse(nlohmann::ordered_json choice) const;
+  // A chunk whose choice carries only text (no logprobs, reasoning or tool calls): the common streamed token,
+  // written straight into the frame — the bytes chunk_sse would write for the same choice.
+  std::string text_chunk_sse(size_t index, const std::string& text, const Choice& c, bool ending) const;
 
   const text::Tokenizer& tokenizer_;
   Endpoint endpoint_;
@@ -96,6 +99,8 @@ class CompletionStream {
   std::vector<std::string> echo_;
   std::vector<Choice> choices_;
   size_t unfinished_;
+  // Every chunk frame is chunk_head_ + the choices + chunk_tail_: the envelope is serialised once per stream.
+  std::string chunk_head_, chunk_tail_;
 };
 
 }  // namespace strata::server

@@ -216,5 +216,50 @@ TEST_F(ServerStream, NonStreamNChoices) {
   EXPECT_EQ(body["usage"]["prompt_tokens"], 4);
 }
 
+// Text-only chunks are written without building JSON objects: they must still be nlohmann's compact serialisation,
+// with the keys in the order the generic path writes them, and carry the text exactly.
+TEST_F(ServerStream, TextChunksAreCanonicalJsonInTheGenericKeyOrder) {
+  const std::string text = "a\"b\\c\n\td\x01 \xc3\xa9 \xe4\xbd\xa0\xe5\xa5\xbd </s>";
+  using ojson = nlohmann::ordered_json;
+  const auto keys = [](const ojson& o) {
+    std::vector<std::string> out;
+    for (const auto& [k, v] : o.items()) out.push_back(k);
+    return out;
+  };
+  for (const Endpoint endpoint : {Endpoint::kCompletions, Endpoint::kChatCompletions})
+    for (const bool usage : {false, true}) {
+      const json extra = usage ? json{{"stream", true}, {"stream_options", {{"include_usage", true}}}}
+                               : json{{"stream", true}};
+      CompletionStream s(request(endpoint, extra), *tokenizer_, "id-\"q\"", 7, "m\\x", {3});
+      const std::string sse = feed(s, 0, text, engine::FinishReason::Length);
+      std::string streamed;
+      int finishes = 0;
+      for (const std::string& p : test::sse_payloads(sse)) {
+        const ojson chunk = ojson::parse(p);
+        EXPECT_EQ(chunk.dump(-1, ' ', false, ojson::error_handler_t::replace), p);
+        std::vector<std::string> want = {"id", "object", "created", "model", "choices"};
+        if (usage) want.push_back("usage");
+        EXPECT_EQ(keys(chunk), want);
+        EXPECT_EQ(chunk["id"], "id-\"q\"");
+        EXPECT_EQ(chunk["model"], "m\\x");
+        const ojson& choice = chunk["choices"][0];
+        if (endpoint == Endpoint::kChatCompletions) {
+          EXPECT_EQ(keys(choice), (std::vector<std::string>{"index", "delta", "logprobs", "finish_reason"}));
+          if (choice["delta"].contains("content")) streamed += choice["delta"]["content"].get<std::string>();
+        } else {
+          EXPECT_EQ(keys(choice), (std::vector<std::string>{"index", "text", "logprobs", "finish_reason"}));
+          streamed += choice["text"].get<std::string>();
+        }
+        EXPECT_TRUE(choice["logprobs"].is_null());
+        if (!choice["finish_reason"].is_null()) {
+          ++finishes;
+          EXPECT_EQ(choice["finish_reason"], "length");
+        }
+      }
+      EXPECT_EQ(streamed, text);
+      EXPECT_EQ(finishes, 1);
+    }
+}
+
 }  // namespace
 }  // namespace strata::server
