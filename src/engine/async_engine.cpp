@@ -6,8 +6,8 @@
 
 namespace strata::engine {
 
-AsyncEngine::AsyncEngine(const model::v4::Model& model, EngineConfig config)
-    : engine_(model, config), thread_([this] { loop(); }) {}
+AsyncEngine::AsyncEngine(const model::v4::Model& model, EngineConfig config, std::function<void()> after_events)
+    : engine_(model, config), after_events_(std::move(after_events)), thread_([this] { loop(); }) {}
 
 AsyncEngine::~AsyncEngine() { shutdown(false); }
 
@@ -87,17 +87,44 @@ void AsyncEngine::loop() {
       for (const std::string& id : all) engine_.abort(id);
       continue;
     }
-    for (const TokenEvent& ev : events) {
-      Callback cb;
-      {
-        std::lock_guard lock(mu_);
+    // One pass under the lock, the callbacks after it. A request whose last sequence finished leaves requests_
+    // now (as in_flight() promises) and its callback moves to `kept` for this step's calls; the others are called
+    // where they are: only this thread erases from requests_, and a std::map insert (submit) moves no element.
+    struct Delivery {
+      std::map<std::string, Pending>::iterator request;
+      const TokenEvent* event;
+      const Callback* callback = nullptr;
+    };
+    std::vector<Delivery> deliveries;
+    std::vector<Callback> kept;
+    std::vector<std::map<std::string, Pending>::iterator> finished;
+    deliveries.reserve(events.size());
+    kept.reserve(events.size());
+    {
+      std::lock_guard lock(mu_);
+      for (const TokenEvent& ev : events) {
         const auto it = requests_.find(ev.request_id);
         if (it == requests_.end()) continue;
-        cb = it->second.callback;
-        if (ev.finished && --it->second.unfinished == 0) requests_.erase(it);
+        deliveries.push_back({it, &ev});
+        if (ev.finished) --it->second.unfinished;
       }
-      cb(ev);
+      for (Delivery& d : deliveries) {
+        Pending& p = d.request->second;
+        if (p.unfinished > 0) {
+          d.callback = &p.callback;
+          continue;
+        }
+        if (p.kept < 0) {
+          p.kept = static_cast<int64_t>(kept.size());
+          kept.push_back(std::move(p.callback));
+          finished.push_back(d.request);
+        }
+        d.callback = &kept[static_cast<size_t>(p.kept)];
+      }
+      for (const auto& it : finished) requests_.erase(it);
     }
+    for (const Delivery& d : deliveries) (*d.callback)(*d.event);
+    if (after_events_ && !deliveries.empty()) after_events_();
     {
       std::lock_guard lock(mu_);
       stats_ = engine_.stats();

@@ -19,7 +19,9 @@ class AsyncEngine {
  public:
   using Callback = std::function<void(const TokenEvent&)>;
 
-  AsyncEngine(const model::v4::Model& model, EngineConfig config);
+  // `after_events` (optional) runs on the engine thread after each step whose events went to their callbacks: a
+  // server can collect a step's events in its callbacks and hand them to its I/O loop in one go.
+  AsyncEngine(const model::v4::Model& model, EngineConfig config, std::function<void()> after_events = {});
   ~AsyncEngine();  // shutdown(false)
   AsyncEngine(const AsyncEngine&) = delete;
   AsyncEngine& operator=(const AsyncEngine&) = delete;
@@ -54,8 +56,10 @@ class AsyncEngine {
   struct Pending {
     Callback callback;
     int64_t unfinished;  // sequences (n) without a finished event yet
+    int64_t kept = -1;   // loop(): where its callback went for the step that finished it
   };
-  std::map<std::string, Pending> requests_;
+  std::map<std::string, Pending> requests_;  // inserted by submit(), erased by the loop thread only
+  std::function<void()> after_events_;
   EngineStats stats_;
   bool accepting_ = true, stopping_ = false, drain_ = false;
   std::thread thread_;

@@ -337,6 +337,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
       resume_timer_.cancel();
       current_ = q.exchange;
       current_->attach([weak, &io] {
+        // On the I/O thread (the server answering from its event loop), wake the writer at once; from any other
+        // thread, by way of the loop.
+        if (io.get_executor().running_in_this_thread()) {
+          if (auto c = weak.lock()) c->wake();
+          return;
+        }
         asio::post(io, [weak] {
           if (auto c = weak.lock()) c->wake();
         });

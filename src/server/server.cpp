@@ -130,7 +130,7 @@ Server::Server(const model::v4::Model& model, const text::Tokenizer& tokenizer, 
     return json_response(status, error_body(message, "invalid_request_error", "", ""));
   };
   http_ = std::make_unique<HttpServer>(http, [this](std::shared_ptr<HttpExchange> exchange) { handle(std::move(exchange)); });
-  engine_ = std::make_unique<engine::AsyncEngine>(model_, engine_config_);
+  engine_ = std::make_unique<engine::AsyncEngine>(model_, engine_config_, [this] { hand_off_step_events(); });
   workers_ = std::make_unique<WorkerPool>(cfg_.prepare_threads);
 }
 
@@ -291,7 +291,7 @@ void Server::admit(std::shared_ptr<Prepared> prepared) {
     try {
       engine_->submit(request->sequence_ids[c], prepared->prompts[p], params,
                       [this, request, c](const engine::TokenEvent& event) {
-                        http_->post([this, request, c, event] { on_event(request, c, event); });
+                        step_events_.push_back({request, c, event});
                       });
       request->sequence_done[c] = false;
     } catch (const Error& e) {
@@ -323,6 +323,16 @@ void Server::admit(std::shared_ptr<Prepared> prepared) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Engine events (I/O thread)
+
+// Engine thread: one post per step rather than one per token (a batch of 256 streams posts once, not 256 times).
+void Server::hand_off_step_events() {
+  auto batch = std::make_shared<std::vector<StepEvent>>(std::move(step_events_));
+  step_events_.clear();
+  step_events_.reserve(batch->size());
+  http_->post([this, batch] {
+    for (const StepEvent& e : *batch) on_event(e.request, e.choice, e.event);
+  });
+}
 
 void Server::on_event(const std::shared_ptr<ActiveRequest>& request, size_t choice, const engine::TokenEvent& event) {
   ActiveRequest& r = *request;

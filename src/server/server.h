@@ -76,6 +76,7 @@ class Server {
   void prepare(std::shared_ptr<HttpExchange> exchange, Endpoint endpoint, std::chrono::steady_clock::time_point arrival);
   void admit(std::shared_ptr<Prepared> prepared);
   void on_event(const std::shared_ptr<ActiveRequest>& request, size_t choice, const engine::TokenEvent& event);
+  void hand_off_step_events();
   void complete(ActiveRequest& request);
   void on_client_gone(const std::shared_ptr<ActiveRequest>& request);
   void abort_all();
@@ -92,6 +93,14 @@ class Server {
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<engine::AsyncEngine> engine_;
   std::unique_ptr<WorkerPool> workers_;
+
+  // Engine thread only: this step's events, handed to the I/O thread together once the step's callbacks ran.
+  struct StepEvent {
+    std::shared_ptr<ActiveRequest> request;
+    size_t choice;
+    engine::TokenEvent event;
+  };
+  std::vector<StepEvent> step_events_;
 
   // I/O thread only.
   std::map<std::string, std::shared_ptr<ActiveRequest>> requests_;
