@@ -169,6 +169,38 @@ void check_gemm_fp32(strata::cuda::Gemm& gemm, int64_t m, int64_t n, int64_t k) 
   report("gemm_fp32", std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k), rel_error(dy.download(), ref.v), 1e-6);
 }
 
+// The routed experts' output per grouped pair on the CPU, in double: pair p (rows_of[p], its expert e by the plan's
+// expert starts `first`) gets W2_e · h with h = SwiGLU(W1_e·x, W3_e·x) clamped at `limit` and rounded to bf16 as
+// the kernels store it. w1/w3/w2: each expert's weights as the kernel multiplies them.
+using ExpertWeights = std::vector<std::vector<float>>;
+std::vector<float> moe_reference(const std::vector<float>& x, int64_t hidden, int64_t inter,
+                                 const std::vector<int32_t>& rows_of, const std::vector<int32_t>& first,
+                                 const ExpertWeights& w1, const ExpertWeights& w3, const ExpertWeights& w2, float limit) {
+  const auto experts = static_cast<int64_t>(w1.size());
+  std::vector<float> ref(rows_of.size() * static_cast<size_t>(hidden));
+  for (int64_t e = 0; e < experts; ++e)
+    for (int32_t p = first[static_cast<size_t>(e)]; p < first[static_cast<size_t>(e) + 1]; ++p) {
+      const float* xr = x.data() + rows_of[static_cast<size_t>(p)] * hidden;
+      std::vector<float> h(static_cast<size_t>(inter));
+      for (int64_t n = 0; n < inter; ++n) {
+        double g = 0, u = 0;
+        for (int64_t c = 0; c < hidden; ++c) {
+          g += static_cast<double>(w1[e][static_cast<size_t>(n * hidden + c)]) * xr[c];
+          u += static_cast<double>(w3[e][static_cast<size_t>(n * hidden + c)]) * xr[c];
+        }
+        const float gf = std::min(static_cast<float>(g), limit), uf = std::clamp(static_cast<float>(u), -limit, limit);
+        h[static_cast<size_t>(n)] = strata::bf16_to_f32(strata::f32_to_bf16(gf / (1.0f + std::exp(-gf)) * uf));
+      }
+      for (int64_t o = 0; o < hidden; ++o) {
+        double acc = 0;
+        for (int64_t n = 0; n < inter; ++n)
+          acc += static_cast<double>(w2[e][static_cast<size_t>(o * inter + n)]) * h[static_cast<size_t>(n)];
+        ref[static_cast<size_t>(p * hidden + o)] = static_cast<float>(acc);
+      }
+    }
+  return ref;
+}
+
 // The tensor-core grouped experts (moe_mma.h) against the CPU: `rows` rows routed to `k` distinct experts of
 // `experts`, plus the shared expert (number `experts`, every row), so that one expert holds more tokens than a pass
 // takes (64) and widths leave partial channel blocks and operand slices. The reference multiplies the same bf16
@@ -225,27 +257,8 @@ void check_moe_mma(int64_t rows, int64_t k, int64_t experts, int64_t hidden, int
                      dy.data(), nullptr, shape);
     return dy.download();
   };
-  const std::vector<int32_t> rows_of = pair_row.download(), first = start.download();
-  std::vector<float> ref(static_cast<size_t>(pairs * hidden));
-  for (int64_t e = 0; e < all; ++e)
-    for (int32_t p = first[static_cast<size_t>(e)]; p < first[static_cast<size_t>(e) + 1]; ++p) {
-      const float* xr = x.data() + rows_of[static_cast<size_t>(p)] * hidden;
-      std::vector<float> h(static_cast<size_t>(inter));
-      for (int64_t n = 0; n < inter; ++n) {
-        double g = 0, u = 0;
-        for (int64_t c = 0; c < hidden; ++c) {
-          g += static_cast<double>(w1[e][static_cast<size_t>(n * hidden + c)]) * xr[c];
-          u += static_cast<double>(w3[e][static_cast<size_t>(n * hidden + c)]) * xr[c];
-        }
-        const float gf = std::min(static_cast<float>(g), limit), uf = std::clamp(static_cast<float>(u), -limit, limit);
-        h[static_cast<size_t>(n)] = strata::bf16_to_f32(strata::f32_to_bf16(gf / (1.0f + std::exp(-gf)) * uf));
-      }
-      for (int64_t o = 0; o < hidden; ++o) {
-        double acc = 0;
-        for (int64_t n = 0; n < inter; ++n) acc += static_cast<double>(w2[e][static_cast<size_t>(o * inter + n)]) * h[static_cast<size_t>(n)];
-        ref[static_cast<size_t>(p * hidden + o)] = static_cast<float>(acc);
-      }
-    }
+  const std::vector<float> ref = moe_reference(x, hidden, inter, pair_row.download(), start.download(), w1, w3, w2,
+                                                limit);
   for (const sc::MoeMmaShape shape : sc::moe_mma_shapes())
     report("moe_mma " + std::to_string(shape.token_tiles) + "x" + std::to_string(shape.warps),
            std::to_string(rows) + " rows top-" + std::to_string(k) + "/" + std::to_string(experts) + "+1 " +
@@ -416,7 +429,7 @@ void check_moe_gemm(int64_t rows, int64_t k, int64_t experts, int64_t hidden, in
   namespace sc = strata::cuda;
   const int64_t all = experts + 1, pairs = rows * (k + 1);
   // Reference weights (the values the kernel multiplies) and the device matrices, per expert and role.
-  std::vector<std::vector<float>> ref_w[3];
+  ExpertWeights ref_w[3];
   std::vector<DeviceBuffer<uint8_t>> stored;
   std::vector<DeviceBuffer<float>> scales;
   std::vector<const void*> table[3];
@@ -506,29 +519,9 @@ void check_moe_gemm(int64_t rows, int64_t k, int64_t experts, int64_t hidden, in
     same = same && tile_count.download()[0] == t;
     report("moe_plan_tiled", shape, same ? 0.0 : INFINITY, 0);
   }
-  const std::vector<int32_t> rows_of = tiled.pair_row.download(), first = tiled.start.download();
-  std::vector<float> ref(static_cast<size_t>(pairs * hidden));
   const float limit = 2.5f;
-  for (int64_t e = 0; e < all; ++e)
-    for (int32_t p = first[static_cast<size_t>(e)]; p < first[static_cast<size_t>(e) + 1]; ++p) {
-      const float* xr = x.data() + rows_of[static_cast<size_t>(p)] * hidden;
-      std::vector<float> h(static_cast<size_t>(inter));
-      for (int64_t n = 0; n < inter; ++n) {
-        double g = 0, u = 0;
-        for (int64_t c = 0; c < hidden; ++c) {
-          g += static_cast<double>(ref_w[0][e][static_cast<size_t>(n * hidden + c)]) * xr[c];
-          u += static_cast<double>(ref_w[1][e][static_cast<size_t>(n * hidden + c)]) * xr[c];
-        }
-        const float gf = std::min(static_cast<float>(g), limit), uf = std::clamp(static_cast<float>(u), -limit, limit);
-        h[static_cast<size_t>(n)] = strata::bf16_to_f32(strata::f32_to_bf16(gf / (1.0f + std::exp(-gf)) * uf));
-      }
-      for (int64_t o = 0; o < hidden; ++o) {
-        double acc = 0;
-        for (int64_t n = 0; n < inter; ++n)
-          acc += static_cast<double>(ref_w[2][e][static_cast<size_t>(o * inter + n)]) * h[static_cast<size_t>(n)];
-        ref[static_cast<size_t>(p * hidden + o)] = static_cast<float>(acc);
-      }
-    }
+  const std::vector<float> ref = moe_reference(x, hidden, inter, tiled.pair_row.download(), tiled.start.download(),
+                                                ref_w[0], ref_w[1], ref_w[2], limit);
   DeviceBuffer<uint16_t> dh(static_cast<size_t>(pairs * inter));
   DeviceBuffer<float> dy(static_cast<size_t>(pairs * hidden));
   dh.fill_bytes(0xff), dy.fill_bytes(0xff);
