@@ -631,8 +631,9 @@ void check_sample_rows(int64_t vocab, int rows_per_kind) {
   }
   const char* names[4] = {"peaked", "flat", "half -inf", "ties"};
   for (int kind = 0; kind < 4; ++kind) {
-    // A boundary pick needs a running mass within ~1e-12 of its target: none expected; allow 1 in 1000.
-    const bool ok = wrong[kind] == 0 && on_host[kind] == 0 && boundary[kind] * 1000 <= total[kind] && unstable == 0;
+    // A boundary pick needs a running mass within ~1e-12 of its target (odds ~1e-11 per pick): none expected,
+    // one tolerated per case.
+    const bool ok = wrong[kind] == 0 && on_host[kind] == 0 && boundary[kind] <= 1 && unstable == 0;
     failures += !ok;
     std::printf("%-18s %-34s %lld/%lld differ (%lld at a boundary), %lld left to host, %lld unstable  %s\n",
                 "sample_rows", (std::to_string(vocab) + " vocab, " + names[kind]).c_str(),
