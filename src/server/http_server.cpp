@@ -366,6 +366,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
   }
 
+  // Sends what the socket takes at once, without waiting (bytes sent; would-block is no error). A streamed piece
+  // nearly always fits the send buffer: then it costs one send() and no round trip through the event loop, and
+  // only a remainder is left to async_write.
+  template <class Buffers>
+  size_t send_now(const Buffers& buffers, beast::error_code& ec) {
+    if (!socket_.non_blocking()) socket_.non_blocking(true, ec);
+    const size_t sent = ec ? 0 : socket_.write_some(buffers, ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      ec = {};
+      return 0;
+    }
+    return sent;
+  }
+
   // Writes what the handler answers until the response is complete. False if the client went away.
   awaitable<bool> write_response(const Queued& q) {
     bool chunked = false;
@@ -404,11 +418,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
         } else if (piece.kind == HttpExchange::Piece::kData) {
           std::string data = std::move(piece.data);  // coalesce what is queued into one chunk
           while (i + 1 < pieces.size() && pieces[i + 1].kind == HttpExchange::Piece::kData) data += pieces[++i].data;
-          if (chunked)
-            co_await asio::async_write(socket_, http::make_chunk(asio::buffer(data)),
-                                       asio::redirect_error(asio::use_awaitable, ec));
-          else
-            co_await asio::async_write(socket_, asio::buffer(data), asio::redirect_error(asio::use_awaitable, ec));
+          if (chunked) {
+            const auto chunk = http::make_chunk(asio::buffer(data));
+            const size_t sent = send_now(chunk, ec);
+            if (!ec && sent < asio::buffer_size(chunk)) {
+              beast::buffers_suffix<std::decay_t<decltype(chunk)>> rest(chunk);
+              rest.consume(sent);
+              co_await asio::async_write(socket_, rest, asio::redirect_error(asio::use_awaitable, ec));
+            }
+          } else {
+            const size_t sent = send_now(asio::buffer(data), ec);
+            if (!ec && sent < data.size())
+              co_await asio::async_write(socket_, asio::buffer(data) + sent, asio::redirect_error(asio::use_awaitable, ec));
+          }
         } else {
           if (chunked)
             co_await asio::async_write(socket_, http::make_chunk_last(), asio::redirect_error(asio::use_awaitable, ec));

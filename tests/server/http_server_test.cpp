@@ -45,6 +45,13 @@ struct Toy {
         }).detach();
         return;
       }
+      if (path == "/big") {  // pieces larger than a socket's send buffer: written in parts as the client reads
+        ex->begin_stream(200, "text/plain");
+        for (int i = 0; i < 4; ++i) ex->write(std::string(3 << 20, static_cast<char>('a' + i)));
+        ex->write("end\n");
+        ex->end_stream();
+        return;
+      }
       if (path == "/hold") {
         ex->begin_stream(200, "text/plain");
         ex->write("started\n");
@@ -109,6 +116,22 @@ TEST(HttpServer, StreamsAreChunkedAndKeepTheConnection) {
     EXPECT_EQ(reply.headers.at("transfer-encoding"), "chunked");
     EXPECT_EQ(reply.headers.at("content-type"), "text/event-stream");
     EXPECT_EQ(reply.body, "piece 0\npiece 1\npiece 2\npiece 3\npiece 4\n");
+  }
+}
+
+TEST(HttpServer, StreamPiecesLargerThanTheSendBufferArriveWhole) {
+  Toy toy;
+  HttpServer server(config(), toy.handler());
+  server.start();
+  HttpTestClient c(server.port());
+  for (int round = 0; round < 2; ++round) {
+    c.send(http_request("GET", "/big"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the server fill the socket first
+    const test::HttpReply reply = c.read_reply();
+    EXPECT_EQ(reply.status, 200);
+    std::string want;
+    for (int i = 0; i < 4; ++i) want += std::string(3 << 20, static_cast<char>('a' + i));
+    EXPECT_TRUE(reply.body == want + "end\n") << "body of " << reply.body.size() << " bytes";
   }
 }
 
