@@ -27,6 +27,28 @@ inline float finish_dot(const F8& acc, const float* a, const float* b, int64_t k
   return s;
 }
 
+// finish_dot for four accumulators at once: the same pairwise sums of the same lanes, computed lane-parallel
+// (pairs, then pairs of pairs, then the two halves), so each result has the bits finish_dot would give it. The
+// shuffles stay within 128-bit halves (one shufps each on AVX).
+inline void finish_dot4(const F8& a, const F8& b, const F8& c, const F8& d, const float* x, const float* const w[4],
+                        int64_t k, int64_t n, float* out) {
+  typedef int I8 __attribute__((vector_size(32)));
+  typedef float F4 __attribute__((vector_size(16)));
+  const I8 even = {0, 2, 8, 10, 4, 6, 12, 14}, odd = {1, 3, 9, 11, 5, 7, 13, 15};
+  // [a0+a1, a2+a3, b0+b1, b2+b3, a4+a5, a6+a7, b4+b5, b6+b7]
+  const F8 ab = __builtin_shuffle(a, b, even) + __builtin_shuffle(a, b, odd);
+  const F8 cd = __builtin_shuffle(c, d, even) + __builtin_shuffle(c, d, odd);
+  // [(a0+a1)+(a2+a3), b…, c…, d…, (a4+a5)+(a6+a7), b…, c…, d…]
+  const F8 quads = __builtin_shuffle(ab, cd, even) + __builtin_shuffle(ab, cd, odd);
+  const F4 lo = {quads[0], quads[1], quads[2], quads[3]}, hi = {quads[4], quads[5], quads[6], quads[7]};
+  const F4 sums = lo + hi;
+  for (int r = 0; r < 4; ++r) {
+    float s = sums[r];
+    for (int64_t j = k; j < n; ++j) s += x[j] * w[r][j];
+    out[r] = s;
+  }
+}
+
 }  // namespace
 
 // The kernels below are compiled twice (AVX2 and baseline x86-64) and picked once at load time; AVX2 without FMA,
@@ -60,10 +82,8 @@ STRATA_CPU_CLONES void dot_rows(const float* x, const float* rows, int64_t strid
       a2 += xv * load8(w2 + k);
       a3 += xv * load8(w3 + k);
     }
-    out[r] = finish_dot(a0, x, w0, k, n);
-    out[r + 1] = finish_dot(a1, x, w1, k, n);
-    out[r + 2] = finish_dot(a2, x, w2, k, n);
-    out[r + 3] = finish_dot(a3, x, w3, k, n);
+    const float* const w[4] = {w0, w1, w2, w3};
+    finish_dot4(a0, a1, a2, a3, x, w, k, n, out + r);
   }
   for (; r < count; ++r) {
     const float* w = rows + r * stride;
@@ -71,6 +91,38 @@ STRATA_CPU_CLONES void dot_rows(const float* x, const float* rows, int64_t strid
     int64_t k = 0;
     for (; k + 8 <= n; k += 8) acc += load8(x + k) * load8(w + k);
     out[r] = finish_dot(acc, x, w, k, n);
+  }
+}
+
+// dot_rows for two x rows at once: eight independent accumulators keep the adder busy, and each weight row is
+// loaded once for both.
+STRATA_CPU_CLONES static void dot_rows_pair(const float* x0, const float* x1, const float* rows, int64_t stride,
+                                            int64_t count, int64_t n, float* out0, float* out1) {
+  int64_t r = 0;
+  for (; r + 4 <= count; r += 4) {
+    const float* w0 = rows + r * stride;
+    const float *w1 = w0 + stride, *w2 = w1 + stride, *w3 = w2 + stride;
+    F8 a0 = {}, a1 = {}, a2 = {}, a3 = {}, b0 = {}, b1 = {}, b2 = {}, b3 = {};
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+      const F8 u = load8(x0 + k), v = load8(x1 + k);
+      const F8 m0 = load8(w0 + k), m1 = load8(w1 + k), m2 = load8(w2 + k), m3 = load8(w3 + k);
+      a0 += u * m0;
+      a1 += u * m1;
+      a2 += u * m2;
+      a3 += u * m3;
+      b0 += v * m0;
+      b1 += v * m1;
+      b2 += v * m2;
+      b3 += v * m3;
+    }
+    const float* const w[4] = {w0, w1, w2, w3};
+    finish_dot4(a0, a1, a2, a3, x0, w, k, n, out0 + r);
+    finish_dot4(b0, b1, b2, b3, x1, w, k, n, out1 + r);
+  }
+  if (r < count) {
+    dot_rows(x0, rows + r * stride, stride, count - r, n, out0 + r);
+    dot_rows(x1, rows + r * stride, stride, count - r, n, out1 + r);
   }
 }
 
@@ -87,10 +139,8 @@ STRATA_CPU_CLONES void dot_many(const float* x, const float* const* rows, int64_
       a2 += xv * load8(w2 + k);
       a3 += xv * load8(w3 + k);
     }
-    out[r] = finish_dot(a0, x, w0, k, n);
-    out[r + 1] = finish_dot(a1, x, w1, k, n);
-    out[r + 2] = finish_dot(a2, x, w2, k, n);
-    out[r + 3] = finish_dot(a3, x, w3, k, n);
+    const float* const w[4] = {w0, w1, w2, w3};
+    finish_dot4(a0, a1, a2, a3, x, w, k, n, out + r);
   }
   for (; r < count; ++r) {
     const float* w = rows[r];
@@ -149,7 +199,10 @@ Mat linear(const Mat& x, const WeightRef& w) {
         for (int64_t r = r0; r < r1; ++r) w.row_f32(r, wbuf.data() + (r - r0) * w.cols);
         block = wbuf.data();
       }
-      for (int64_t i = 0; i < x.rows; ++i) dot_rows(x.row(i), block, w.cols, r1 - r0, w.cols, y.row(i) + r0);
+      int64_t i = 0;
+      for (; i + 2 <= x.rows; i += 2)
+        dot_rows_pair(x.row(i), x.row(i + 1), block, w.cols, r1 - r0, w.cols, y.row(i) + r0, y.row(i + 1) + r0);
+      if (i < x.rows) dot_rows(x.row(i), block, w.cols, r1 - r0, w.cols, y.row(i) + r0);
     }
   }
   return y;
