@@ -54,6 +54,123 @@ ServerUrl parse_server_url(const std::string& url) {
 
 namespace {
 
+bool non_empty(const nlohmann::json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && ((it->is_string() && !it->get_ref<const std::string&>().empty()) ||
+                                (it->is_array() && !it->empty()));
+}
+
+// A choice that streams output: a finish_reason, or text / content / reasoning_content / tool_calls.
+bool carries_output(const nlohmann::json& choice) {
+  if (!choice.is_object()) return false;
+  if (const auto f = choice.find("finish_reason"); f != choice.end() && !f->is_null()) return true;
+  if (non_empty(choice, "text")) return true;
+  const auto delta = choice.find("delta");
+  return delta != choice.end() && delta->is_object() &&
+         (non_empty(*delta, "content") || non_empty(*delta, "reasoning_content") || non_empty(*delta, "tool_calls"));
+}
+
+bool document_carries_output(const nlohmann::json& chunk) {
+  const auto choices = chunk.find("choices");
+  if (choices == chunk.end() || !choices->is_array()) return false;
+  for (const nlohmann::json& c : *choices)
+    if (carries_output(c)) return true;
+  return false;
+}
+
+// What the benchmark needs from one stream chunk, found by nlohmann's SAX parser: the payload is parsed (and
+// validated) whole, as a document would be, without building one — a std::map and strings per chunk cost the client
+// more than the rest of its work on the chunk. It answers what SseReader::document_event would find: whether the
+// payload is an object, whether some choice carries output (carries_output), and whether it has an "error" key or
+// a "usage" object, which are rare (one usage chunk per request) and then read from a parsed document.
+class ChunkScan {
+ public:
+  using json = nlohmann::json;
+  bool object = false;
+  bool output = false;
+  bool needs_document = false;
+
+  bool null() { return value(false, false); }
+  bool boolean(bool) { return value(true, false); }
+  bool number_integer(json::number_integer_t) { return value(true, false); }
+  bool number_unsigned(json::number_unsigned_t) { return value(true, false); }
+  bool number_float(json::number_float_t, const json::string_t&) { return value(true, false); }
+  bool string(json::string_t& s) { return value(true, !s.empty()); }
+  bool binary(json::binary_t&) { return value(true, false); }
+  bool start_object(std::size_t) { return open(false); }
+  bool start_array(std::size_t) { return open(true); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(json::string_t& k) {
+    Frame& f = stack_.back();
+    f.field = field_of(f.role, k);
+    if (f.field == Field::Error) needs_document = true;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) { return false; }
+
+ private:
+  // Where a value sits: the chunk, its choices array, a choice, a choice's delta, or an array whose being
+  // non-empty is what counts (text / content / reasoning_content / tool_calls given as arrays).
+  enum class Role { Top, Choices, Choice, Delta, NonEmpty, Other };
+  enum class Field { Other, Error, Usage, Choices, FinishReason, Text, Delta, DeltaOutput };
+  struct Frame {
+    Role role;
+    bool array;
+    Field field = Field::Other;
+  };
+
+  static Field field_of(Role role, const std::string& k) {
+    if (role == Role::Top)
+      return k == "error" ? Field::Error : k == "usage" ? Field::Usage : k == "choices" ? Field::Choices : Field::Other;
+    if (role == Role::Choice)
+      return k == "finish_reason" ? Field::FinishReason : k == "text" ? Field::Text : k == "delta" ? Field::Delta : Field::Other;
+    if (role == Role::Delta && (k == "content" || k == "reasoning_content" || k == "tool_calls")) return Field::DeltaOutput;
+    return Field::Other;
+  }
+
+  bool value(bool non_null, bool non_empty_string) {
+    if (stack_.empty()) return true;  // a bare scalar: not an object
+    const Frame& f = stack_.back();
+    if (f.array) {
+      if (f.role == Role::NonEmpty) output = true;
+      return true;
+    }
+    if (f.role == Role::Choice && ((f.field == Field::FinishReason && non_null) || (f.field == Field::Text && non_empty_string)))
+      output = true;
+    if (f.role == Role::Delta && f.field == Field::DeltaOutput && non_empty_string) output = true;
+    return true;
+  }
+
+  bool open(bool array) {
+    Role role = Role::Other;
+    if (stack_.empty()) {
+      object = !array;
+      if (object) role = Role::Top;
+    } else if (const Frame& f = stack_.back(); f.array) {
+      if (f.role == Role::Choices && !array) role = Role::Choice;
+      if (f.role == Role::NonEmpty) output = true;
+    } else if (f.role == Role::Top) {
+      if (f.field == Field::Usage && !array) needs_document = true;
+      if (f.field == Field::Choices && array) role = Role::Choices;
+    } else if (f.role == Role::Choice) {
+      if (f.field == Field::FinishReason) output = true;  // not null
+      if (f.field == Field::Text && array) role = Role::NonEmpty;
+      if (f.field == Field::Delta && !array) role = Role::Delta;
+    } else if (f.role == Role::Delta) {
+      if (f.field == Field::DeltaOutput && array) role = Role::NonEmpty;
+    }
+    stack_.push_back({role, array});
+    return true;
+  }
+  bool close() {
+    stack_.pop_back();
+    return true;
+  }
+
+  std::vector<Frame> stack_;
+};
+
 // Splits a server-sent-event stream into events and picks out what the benchmark measures.
 class SseReader {
  public:
@@ -97,6 +214,16 @@ class SseReader {
       done_ = true;
       return;
     }
+    ChunkScan scan;
+    if (nlohmann::json::sax_parse(payload, &scan) && scan.object && !scan.needs_document) {
+      if (scan.output) token_chunk(now);
+      return;
+    }
+    document_event(payload, now);
+  }
+
+  // The chunk as a parsed document: errors, usage, and anything that is not a JSON object.
+  void document_event(const std::string& payload, Clock::time_point now) {
     const nlohmann::json chunk = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
     if (chunk.is_discarded() || !chunk.is_object()) {
       if (error_.empty()) error_ = "a stream event is not JSON: " + payload.substr(0, 200);
@@ -110,27 +237,7 @@ class SseReader {
       record_.prompt_tokens = u->value("prompt_tokens", int64_t{0});
       usage_tokens_ = u->value("completion_tokens", int64_t{0});
     }
-    const auto choices = chunk.find("choices");
-    if (choices == chunk.end() || !choices->is_array()) return;
-    for (const nlohmann::json& c : *choices)
-      if (carries_output(c)) {
-        token_chunk(now);
-        break;
-      }
-  }
-
-  static bool non_empty(const nlohmann::json& object, const char* key) {
-    const auto it = object.find(key);
-    return it != object.end() && ((it->is_string() && !it->get_ref<const std::string&>().empty()) ||
-                                  (it->is_array() && !it->empty()));
-  }
-  static bool carries_output(const nlohmann::json& choice) {
-    if (!choice.is_object()) return false;
-    if (const auto f = choice.find("finish_reason"); f != choice.end() && !f->is_null()) return true;
-    if (non_empty(choice, "text")) return true;
-    const auto delta = choice.find("delta");
-    return delta != choice.end() && delta->is_object() &&
-           (non_empty(*delta, "content") || non_empty(*delta, "reasoning_content") || non_empty(*delta, "tool_calls"));
+    if (document_carries_output(chunk)) token_chunk(now);
   }
 
   void token_chunk(Clock::time_point now) {
@@ -359,6 +466,13 @@ class LoadRun {
 };
 
 }  // namespace
+
+std::optional<bool> chunk_carries_output(const std::string& payload) {
+  ChunkScan scan;
+  if (!nlohmann::json::sax_parse(payload, &scan) || !scan.object) return std::nullopt;
+  if (!scan.needs_document) return scan.output;
+  return document_carries_output(nlohmann::json::parse(payload));
+}
 
 LoadResult run_load(const LoadConfig& config, const std::vector<BenchPrompt>& prompts) {
   LoadRun run(config, prompts);

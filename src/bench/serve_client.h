@@ -14,6 +14,7 @@
 // number of token chunks when a server sends no usage.
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,11 @@ struct LoadResult {
 };
 
 LoadResult run_load(const LoadConfig& config, const std::vector<BenchPrompt>& prompts);
+
+// Whether one stream event's JSON payload carries output the benchmark times (some choice with a finish_reason, or
+// non-empty text / content / reasoning_content / tool_calls), as the client decides it; nullopt when it is not a
+// JSON object.
+std::optional<bool> chunk_carries_output(const std::string& payload);
 
 // GET /v1/models: the first model's id (what `model` should be when the user names none).
 std::string first_served_model(const std::string& url, const std::string& api_key, double timeout_s = 30);

@@ -188,6 +188,37 @@ TEST(ServeReport, ThroughputTpotAndGoodput) {
   EXPECT_TRUE(j["ttft_ms"].contains("p99"));
 }
 
+TEST(ServeClient, ChunksThatCarryOutput) {
+  const std::vector<std::pair<std::string, std::optional<bool>>> cases = {
+      {R"({"id":"x","choices":[{"index":0,"text":"hi","logprobs":null,"finish_reason":null}],"usage":null})", true},
+      {R"({"choices":[{"index":0,"text":"","logprobs":null,"finish_reason":null}]})", false},
+      {R"({"choices":[{"index":0,"text":"","finish_reason":"length"}]})", true},
+      {R"({"choices":[{"text":"","finish_reason":false}]})", true},
+      {R"({"choices":[{"text":"","finish_reason":{}}]})", true},
+      {R"({"choices":[{"text":[1]}]})", true},
+      {R"({"choices":[{"text":[]}]})", false},
+      {R"({"choices":[{"delta":{"role":"assistant","content":""}}]})", false},
+      {R"({"choices":[{"delta":{"content":"a"}}]})", true},
+      {R"({"choices":[{"delta":{"reasoning_content":"a"}}]})", true},
+      {R"({"choices":[{"delta":{"tool_calls":[{"index":0}]}}]})", true},
+      {R"({"choices":[{"delta":{"tool_calls":[]}}]})", false},
+      {R"({"choices":[{"delta":"content"}]})", false},
+      {R"({"choices":[{"delta":{"x":{"content":"a"}}}]})", false},
+      {R"({"choices":[{"index":0},{"text":"b"}]})", true},
+      {R"({"choices":["text", 1, null]})", false},
+      {R"({"choices":{"0":{"text":"a"}}})", false},
+      {R"({"text":"a","delta":{"content":"a"},"x":{"choices":[{"text":"a"}]}})", false},
+      {R"({"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}})", false},
+      {R"({"choices":[{"text":"a"}],"usage":{"prompt_tokens":1}})", true},
+      {R"({"error":{"message":"m"},"choices":[{"text":"a"}]})", true},
+      {R"([{"choices":[{"text":"a"}]}])", std::nullopt},
+      {R"("text")", std::nullopt},
+      {R"({"choices":[{"text":"a"}]} x)", std::nullopt},
+      {R"({"choices":[{"text":"a"})", std::nullopt},
+  };
+  for (const auto& [payload, want] : cases) EXPECT_EQ(bench::chunk_carries_output(payload), want) << payload;
+}
+
 TEST(ServeUrl, Parses) {
   const ServerUrl a = parse_server_url("http://127.0.0.1:8000");
   EXPECT_EQ(a.host, "127.0.0.1");
