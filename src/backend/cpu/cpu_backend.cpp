@@ -269,25 +269,29 @@ Mat CpuBackend::sparse_attention(const Mat& q, const Mat& kv, const std::vector<
   Mat out(n, heads * hd);
 #pragma omp parallel
   {
-    std::vector<const float*> keys;  // one query row's keys, shared by its heads
+    std::vector<const float*> keys;  // the keys of query row keys_of, shared by its heads
     std::vector<float> logits;
-#pragma omp for schedule(dynamic, 4)
+    int64_t keys_of = -1;
+#pragma omp for collapse(2) schedule(dynamic, 4)
     for (int64_t s = 0; s < n; ++s) {
-      const int64_t seq = step.rows.sequence[s];
-      const int64_t pos = step.rows.position[s], pos0 = step.rows.pos0[seq], first = step.rows.first[seq];
-      const LayerState& st = step.layer_state(seq, layer);
-      keys.clear();
-      for (int64_t j = std::max<int64_t>(0, pos - window + 1); j <= pos; ++j)
-        keys.push_back(j >= pos0 ? kv.row(first + j - pos0) : st.swa.data() + (j % window) * hd);
-      if (keys_kind == AttentionKeys::WindowAndPicked) {
-        for (int32_t e : picks[s]) keys.push_back(st.compressor.entry(e));
-      } else if (keys_kind == AttentionKeys::WindowAndAllEntries) {
-        const int64_t visible = std::min((pos + 1) / st.compressor.rate, st.compressor.n_entries);
-        for (int64_t e = 0; e < visible; ++e) keys.push_back(st.compressor.entry(e));
-      }
-      const int64_t nk = static_cast<int64_t>(keys.size());
-      logits.resize(keys.size() + 1);
       for (int64_t h = 0; h < heads; ++h) {
+        if (keys_of != s) {
+          const int64_t seq = step.rows.sequence[s];
+          const int64_t pos = step.rows.position[s], pos0 = step.rows.pos0[seq], first = step.rows.first[seq];
+          const LayerState& st = step.layer_state(seq, layer);
+          keys.clear();
+          for (int64_t j = std::max<int64_t>(0, pos - window + 1); j <= pos; ++j)
+            keys.push_back(j >= pos0 ? kv.row(first + j - pos0) : st.swa.data() + (j % window) * hd);
+          if (keys_kind == AttentionKeys::WindowAndPicked) {
+            for (int32_t e : picks[s]) keys.push_back(st.compressor.entry(e));
+          } else if (keys_kind == AttentionKeys::WindowAndAllEntries) {
+            const int64_t visible = std::min((pos + 1) / st.compressor.rate, st.compressor.n_entries);
+            for (int64_t e = 0; e < visible; ++e) keys.push_back(st.compressor.entry(e));
+          }
+          logits.resize(keys.size() + 1);
+          keys_of = s;
+        }
+        const int64_t nk = static_cast<int64_t>(keys.size());
         dot_many(q.row(s) + h * hd, keys.data(), nk, hd, logits.data());
         for (int64_t j = 0; j < nk; ++j) logits[j] *= scale;
         logits[nk] = sinks[h];  // the sink takes probability mass but contributes no value
