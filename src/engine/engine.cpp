@@ -35,7 +35,7 @@ void Engine::add_request(const std::string& request_id, std::vector<int32_t> pro
   for (const auto& [id, s] : sequences_)
     if (s->request_id == request_id) fail("request id '", request_id, "' is already in flight");
 
-  const uint64_t seed = params.seed ? *params.seed : std::random_device{}() * 0x100000001ull + std::random_device{}();
+  const uint64_t seed = params.seed ? *params.seed : unseeded_();
   for (int64_t i = 0; i < params.n; ++i) {
     auto s = std::make_unique<Sequence>();
     s->id = next_id_++;
