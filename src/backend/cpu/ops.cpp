@@ -49,6 +49,20 @@ inline void finish_dot4(const F8& a, const F8& b, const F8& c, const F8& d, cons
   }
 }
 
+// x against four weight rows, each load of x shared by the four accumulators; each result has dot's bits.
+inline void dot4(const float* x, const float* const w[4], int64_t n, float* out) {
+  F8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    const F8 xv = load8(x + k);
+    a0 += xv * load8(w[0] + k);
+    a1 += xv * load8(w[1] + k);
+    a2 += xv * load8(w[2] + k);
+    a3 += xv * load8(w[3] + k);
+  }
+  finish_dot4(a0, a1, a2, a3, x, w, k, n, out);
+}
+
 }  // namespace
 
 // The kernels below are compiled twice (AVX2 and baseline x86-64) and picked once at load time; AVX2 without FMA,
@@ -72,26 +86,10 @@ STRATA_CPU_CLONES void dot_rows(const float* x, const float* rows, int64_t strid
   // Four rows at a time share each load of x.
   for (; r + 4 <= count; r += 4) {
     const float* w0 = rows + r * stride;
-    const float *w1 = w0 + stride, *w2 = w1 + stride, *w3 = w2 + stride;
-    F8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-      const F8 xv = load8(x + k);
-      a0 += xv * load8(w0 + k);
-      a1 += xv * load8(w1 + k);
-      a2 += xv * load8(w2 + k);
-      a3 += xv * load8(w3 + k);
-    }
-    const float* const w[4] = {w0, w1, w2, w3};
-    finish_dot4(a0, a1, a2, a3, x, w, k, n, out + r);
+    const float* const w[4] = {w0, w0 + stride, w0 + 2 * stride, w0 + 3 * stride};
+    dot4(x, w, n, out + r);
   }
-  for (; r < count; ++r) {
-    const float* w = rows + r * stride;
-    F8 acc = {};
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8) acc += load8(x + k) * load8(w + k);
-    out[r] = finish_dot(acc, x, w, k, n);
-  }
+  for (; r < count; ++r) out[r] = dot(x, rows + r * stride, n);
 }
 
 // dot_rows for two x rows at once: eight independent accumulators keep the adder busy, and each weight row is
@@ -128,27 +126,8 @@ STRATA_CPU_CLONES static void dot_rows_pair(const float* x0, const float* x1, co
 
 STRATA_CPU_CLONES void dot_many(const float* x, const float* const* rows, int64_t count, int64_t n, float* out) {
   int64_t r = 0;
-  for (; r + 4 <= count; r += 4) {
-    const float *w0 = rows[r], *w1 = rows[r + 1], *w2 = rows[r + 2], *w3 = rows[r + 3];
-    F8 a0 = {}, a1 = {}, a2 = {}, a3 = {};
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-      const F8 xv = load8(x + k);
-      a0 += xv * load8(w0 + k);
-      a1 += xv * load8(w1 + k);
-      a2 += xv * load8(w2 + k);
-      a3 += xv * load8(w3 + k);
-    }
-    const float* const w[4] = {w0, w1, w2, w3};
-    finish_dot4(a0, a1, a2, a3, x, w, k, n, out + r);
-  }
-  for (; r < count; ++r) {
-    const float* w = rows[r];
-    F8 acc = {};
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8) acc += load8(x + k) * load8(w + k);
-    out[r] = finish_dot(acc, x, w, k, n);
-  }
+  for (; r + 4 <= count; r += 4) dot4(x, rows + r, n, out + r);
+  for (; r < count; ++r) out[r] = dot(x, rows[r], n);
 }
 
 STRATA_CPU_CLONES void accumulate_rows(float* y, const float* weights, const float* const* rows, int64_t count,
