@@ -239,10 +239,13 @@ struct WindowSource {
   }
 };
 
-// One block per closing window; thread t computes channel t (blockDim.x ≥ dim, a multiple of 32).
+// One block per closing window; thread t computes channel t (blockDim.x ≥ dim, a multiple of 32). The work list is
+// padded to a bound that depends only on the step's shape (so a captured decode step replays whatever windows
+// close): a negative chunk is padding.
 __global__ void compress_entries_kernel(CompressorStep c, StepLayout L, const int32_t* work) {
   extern __shared__ float entry[];  // [dim]
   const int64_t chunk = work[2 * blockIdx.x], w = work[2 * blockIdx.x + 1];
+  if (chunk < 0) return;  // the whole block: padding
   const int64_t pos0 = L.pos0[chunk], first = L.first[chunk];
   const WindowSource src{c, chunk, pos0, first, c.state[chunk]};
   const int64_t start_window = pos0 / c.rate;  // open when the step began
