@@ -1,11 +1,18 @@
 // Products with a handful of rows (decode): y[t, n] = x[t, :] · w[n, :] for t < m ≤ kGemvMaxRows. Such a product
-// is bound by reading w once, so the kernel is built for that: each output channel's weight row is streamed by S
-// warps (S = 1, 2, 4 or 8 slices of k), each lane keeping kUnroll 16-byte vectors in flight, the few activation rows
-// read from cache; the slices' sums meet in shared memory in a fixed order. S grows until the grid fills the GPU
-// (eight blocks per SM), so a narrow matrix (a 512-channel projection: 64 blocks at S = 1) still keeps every SM's loads in
-// flight. S depends only on the matrix's shape, never on m: a row's result is the same in any batch. `batch`
-// independent products (the grouped o-projection) run as blockIdx.y.
+// is bound by reading w once, so the kernel is built to keep the memory system busy from the first cycle to the
+// last: a persistent grid (every SM filled once, as many blocks as fit) whose warps walk tiles of R weight rows,
+// each lane holding kInFlight 16-byte weight vectors (of the tile's R rows) in flight before it multiplies them
+// with the few activation rows, read from cache once per tile column and shared by the R rows. No block ever
+// drains and refills the SM, and the grid ends in one tail of at most one tile per warp.
+//
+// The summation order of y[t, n] depends on k alone: lane L (of 32) owns the vectors at columns (32·j + L)·V
+// (V = 8 bf16 or 4 fp32 per 16-byte vector) and adds their products one by one in order of j (fmaf, element order
+// within a vector); the 32 lanes' sums then meet in an xor butterfly (offsets 16, 8, 4, 2, 1), after which every
+// lane holds the same bits. R, kInFlight, the grid, m (M ≥ m) and the entry point (gemv, batched or not; gemv_many)
+// only decide who computes which row when — so every row's result is batch invariant and gemv_many matches gemv.
 #include <cuda_bf16.h>
+
+#include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_element.cuh"
@@ -15,11 +22,195 @@ namespace strata::cuda {
 
 namespace {
 
+constexpr int kBlockWarps = 4;  // small blocks: a narrow matrix's few tiles still spread over every SM
+constexpr int kInFlight = 16;   // 16-byte weight vectors a lane requests before it multiplies (R rows × kInFlight / R)
+
+int multiprocessors() {
+  static const int count = [] {
+    int device = 0, sms = 0;
+    STRATA_CUDA_CHECK(cudaGetDevice(&device));
+    STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return sms;
+  }();
+  return count;
+}
+
+// The weight rows of one tile and where their outputs go: rows row .. row + R - 1 of a matrix of n rows.
+template <typename T>
+struct Tile {
+  const T* x;
+  int64_t ldx;
+  const T* w;  // row `row` of the matrix
+  int64_t ldw;
+  float* y;  // column `row` of the output
+  int64_t ldy;
+  int64_t rows;  // how many of the R rows exist (1..R)
+};
+
+// gemv's products: `batch` matrices at element strides, tiles numbered product-major.
+template <typename T, int R>
+struct StridedProducts {
+  const T* x;
+  int64_t ldx, stride_x;
+  const T* w;
+  int64_t ldw, stride_w;
+  float* y;
+  int64_t ldy, stride_y, n, batch;
+
+  int64_t tiles() const { return (n + R - 1) / R * batch; }
+  __device__ Tile<T> tile(int64_t i) const {
+    const int64_t per_product = (n + R - 1) / R, g = i / per_product, row = (i - g * per_product) * R;
+    return {x + g * stride_x, ldx, w + g * stride_w + row * ldw, ldw, y + g * stride_y + row, ldy,
+            n - row < R ? n - row : R};
+  }
+};
+
+// gemv_many's products: up to kGemvMaxTargets matrices on one input, their tiles concatenated in target order.
+template <typename T, int R>
+struct SharedInputProducts {
+  const T* x;
+  int64_t k;
+  int count;
+  GemvTarget targets[kGemvMaxTargets];
+  int64_t first_tile[kGemvMaxTargets + 1];
+
+  int64_t tiles() const { return first_tile[count]; }
+  __device__ Tile<T> tile(int64_t i) const {
+    int j = 0;
+    while (j + 1 < count && i >= first_tile[j + 1]) ++j;
+    const GemvTarget& t = targets[j];
+    const int64_t row = (i - first_tile[j]) * R;
+    return {x, k, static_cast<const T*>(t.w) + row * k, k, t.y + row, t.n, t.n - row < R ? t.n - row : R};
+  }
+};
+
+template <typename T, int M, int R, typename Products>
+__global__ void __launch_bounds__(kBlockWarps * 32)
+    gemv_rows_kernel(const Products products, int m, int64_t k, int64_t tiles) {
+  constexpr int kVec = static_cast<int>(16 / sizeof(T));
+  constexpr int kLoads = kInFlight / R;  // per row of the tile
+  constexpr int64_t kRound = 32 * kVec;  // columns one round of the warp's vectors covers
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kBlockWarps;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kBlockWarps + threadIdx.x / 32; i < tiles; i += warps) {
+    const Tile<T> tile = products.tile(i);
+    // A tile's missing rows (the matrix's last tile) read its last row again: no divergence, results dropped.
+    const T* wr[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) wr[r] = tile.w + (r < tile.rows ? r : tile.rows - 1) * tile.ldw;
+    float acc[R][M];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
+    for (int64_t c0 = static_cast<int64_t>(lane) * kVec; c0 < k; c0 += kRound * kLoads) {
+      uint4 wv[R][kLoads];
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int64_t c = c0 + u * kRound;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          if (c < k) wv[r][u] = *reinterpret_cast<const uint4*>(wr[r] + c);
+      }
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int64_t c = c0 + u * kRound;
+        if (c >= k) break;
+#pragma unroll
+        for (int t = 0; t < M; ++t) {
+          if (t >= m) break;
+          const uint4 xv = *reinterpret_cast<const uint4*>(tile.x + t * tile.ldx + c);
+          const T* xt = reinterpret_cast<const T*>(&xv);
+          float xf[kVec];
+#pragma unroll
+          for (int v = 0; v < kVec; ++v) xf[v] = to_float(xt[v]);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const T* wt = reinterpret_cast<const T*>(&wv[r][u]);
+#pragma unroll
+            for (int v = 0; v < kVec; ++v) acc[r][t] = fmaf(to_float(wt[v]), xf[v], acc[r][t]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < M; ++t)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], o);
+    // Every lane holds every sum: lane r·M + t stores y[t, row + r].
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < M; ++t)
+        if (lane == r * M + t && t < m && r < tile.rows) tile.y[t * tile.ldy + r] = acc[r][t];
+  }
+}
+
+// Blocks of this kernel that fit on one SM at once (registers decide), asked once per instantiation.
+template <typename Kernel>
+int resident_blocks(Kernel kernel) {
+  int blocks = 0;
+  STRATA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlockWarps * 32, 0));
+  return std::max(blocks, 1);
+}
+
+template <typename T, int M, int R, typename Products>
+void launch_rows(const Products& products, int64_t m, int64_t k, int64_t tiles, cudaStream_t stream) {
+  static const int per_sm = resident_blocks(gemv_rows_kernel<T, M, R, Products>);
+  const int64_t blocks = std::min<int64_t>((tiles + kBlockWarps - 1) / kBlockWarps,
+                                           static_cast<int64_t>(per_sm) * multiprocessors());
+  gemv_rows_kernel<T, M, R, Products><<<static_cast<unsigned>(blocks), kBlockWarps * 32, 0, stream>>>(
+      products, static_cast<int>(m), k, tiles);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+// Rows per tile: as many as a lane's kInFlight vectors cover when a row has fewer (k of 1024 bf16: 4 vectors a lane
+// a row, so 4 rows), but never so many that the tiles leave warps of the GPU idle (a narrow matrix: one row a tile).
+template <typename T>
+int rows_per_tile(int64_t rows, int64_t k) {
+  const int64_t round = 32 * (16 / static_cast<int64_t>(sizeof(T))), vectors = (k + round - 1) / round;
+  const int64_t warps = 2 * kBlockWarps * static_cast<int64_t>(multiprocessors());
+  int r = 4;
+  while (r > 1 && (r * vectors > kInFlight || (rows + r - 1) / r < warps)) r /= 2;
+  return r;
+}
+
+// Picks M (the rows the kernel is compiled for, ≥ m) and R, then launches over `products(R)`.
+template <typename T, template <typename, int> class Products, typename Make>
+void dispatch_rows(const Make& make, int64_t rows, int64_t m, int64_t k, cudaStream_t stream) {
+  const int r = rows_per_tile<T>(rows, k);
+  auto with_m = [&](auto rows_tag) {
+    constexpr int R = decltype(rows_tag)::value;
+    const Products<T, R> products = make(std::integral_constant<int, R>{});
+    const int64_t tiles = products.tiles();
+    if (m <= 1)
+      launch_rows<T, 1, R>(products, m, k, tiles, stream);
+    else if (m <= 2)
+      launch_rows<T, 2, R>(products, m, k, tiles, stream);
+    else if (m <= 4)
+      launch_rows<T, 4, R>(products, m, k, tiles, stream);
+    else
+      launch_rows<T, 8, R>(products, m, k, tiles, stream);
+  };
+  if (r == 4)
+    with_m(std::integral_constant<int, 4>{});
+  else if (r == 2)
+    with_m(std::integral_constant<int, 2>{});
+  else
+    with_m(std::integral_constant<int, 1>{});
+}
+
+// The previous kernel, kept for tests/gpu/gemv_bench.cpp's comparison (gemv_legacy): one block per eight rows
+// (k in S slices when the grid would not fill the GPU), one round of loads per warp, then the block exits.
+namespace legacy {
+
 constexpr int kWarps = 8;
 
 template <typename T, int M, int S>
 __global__ void __launch_bounds__(kWarps * 32)
-    gemv_kernel(const T* x, int64_t ldx, int64_t stride_x, const T* w, int64_t ldw, int64_t stride_w, float* y,
+    gemv_reference_kernel(const T* x, int64_t ldx, int64_t stride_x, const T* w, int64_t ldw, int64_t stride_w, float* y,
                 int64_t ldy, int64_t stride_y, int m, int64_t n, int64_t k) {
   constexpr int kVec = static_cast<int>(16 / sizeof(T));
   constexpr int kUnroll = M <= 2 ? 8 : 4;
@@ -82,22 +273,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-int multiprocessors() {
-  static const int count = [] {
-    int device = 0, sms = 0;
-    STRATA_CUDA_CHECK(cudaGetDevice(&device));
-    STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return sms;
-  }();
-  return count;
-}
-
 template <typename T, int M, int S>
 void launch_split(const void* x, int64_t ldx, int64_t stride_x, const void* w, int64_t ldw, int64_t stride_w, float* y,
                   int64_t ldy, int64_t stride_y, int64_t m, int64_t n, int64_t k, int64_t batch, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kWarps / S;
   const dim3 grid(static_cast<unsigned>((n + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(batch));
-  gemv_kernel<T, M, S><<<grid, kWarps * 32, 0, stream>>>(static_cast<const T*>(x), ldx, stride_x,
+  gemv_reference_kernel<T, M, S><<<grid, kWarps * 32, 0, stream>>>(static_cast<const T*>(x), ldx, stride_x,
                                                          static_cast<const T*>(w), ldw, stride_w, y, ldy, stride_y,
                                                          static_cast<int>(m), n, k);
   STRATA_CUDA_CHECK_LAUNCH();
@@ -134,6 +315,8 @@ void dispatch(const void* x, int64_t ldx, int64_t stride_x, const void* w, int64
     launch<T, 8>(x, ldx, stride_x, w, ldw, stride_w, y, ldy, stride_y, m, n, k, batch, stream);
 }
 
+}  // namespace legacy
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
@@ -149,10 +332,65 @@ void gemv(GemmType type, const void* x, int64_t ldx, int64_t stride_x, const voi
           float* y, int64_t ldy, int64_t stride_y, int64_t m, int64_t n, int64_t k, int64_t batch,
           cudaStream_t stream) {
   if (m == 0 || n == 0 || batch == 0) return;
+  auto run = [&](auto type_tag) {
+    using T = decltype(type_tag);
+    auto make = [&](auto rows_tag) {
+      constexpr int R = decltype(rows_tag)::value;
+      return StridedProducts<T, R>{static_cast<const T*>(x), ldx, stride_x, static_cast<const T*>(w), ldw, stride_w,
+                                   y, ldy, stride_y, n, batch};
+    };
+    dispatch_rows<T, StridedProducts>(make, n * batch, m, k, stream);
+  };
   if (type == GemmType::Bf16)
-    dispatch<__nv_bfloat16>(x, ldx, stride_x, w, ldw, stride_w, y, ldy, stride_y, m, n, k, batch, stream);
+    run(__nv_bfloat16{});
   else
-    dispatch<float>(x, ldx, stride_x, w, ldw, stride_w, y, ldy, stride_y, m, n, k, batch, stream);
+    run(float{});
+}
+
+bool gemv_many_applies(GemmType type, const void* x, int64_t m, int64_t k, const GemvTarget* targets, int count) {
+  if (count < 1 || count > kGemvMaxTargets) return false;
+  for (int j = 0; j < count; ++j)
+    if (targets[j].n < 0 || !gemv_applies(type, x, k, 0, targets[j].w, k, 0, m, k)) return false;
+  return true;
+}
+
+void gemv_many(GemmType type, const void* x, int64_t m, int64_t k, const GemvTarget* targets, int count,
+               cudaStream_t stream) {
+  if (m == 0 || count == 0) return;
+  if (count > kGemvMaxTargets) fail("gemv_many: at most ", kGemvMaxTargets, " targets, found ", count);
+  int64_t rows = 0;
+  for (int j = 0; j < count; ++j) rows += targets[j].n;
+  if (rows == 0) return;
+  auto run = [&](auto type_tag) {
+    using T = decltype(type_tag);
+    auto make = [&](auto rows_tag) {
+      constexpr int R = decltype(rows_tag)::value;
+      SharedInputProducts<T, R> p{};
+      p.x = static_cast<const T*>(x);
+      p.k = k;
+      p.count = count;
+      for (int j = 0; j < count; ++j) {
+        p.targets[j] = targets[j];
+        p.first_tile[j + 1] = p.first_tile[j] + (targets[j].n + R - 1) / R;
+      }
+      return p;
+    };
+    dispatch_rows<T, SharedInputProducts>(make, rows, m, k, stream);
+  };
+  if (type == GemmType::Bf16)
+    run(__nv_bfloat16{});
+  else
+    run(float{});
+}
+
+void gemv_legacy(GemmType type, const void* x, int64_t ldx, int64_t stride_x, const void* w, int64_t ldw,
+                 int64_t stride_w, float* y, int64_t ldy, int64_t stride_y, int64_t m, int64_t n, int64_t k,
+                 int64_t batch, cudaStream_t stream) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  if (type == GemmType::Bf16)
+    legacy::dispatch<__nv_bfloat16>(x, ldx, stride_x, w, ldw, stride_w, y, ldy, stride_y, m, n, k, batch, stream);
+  else
+    legacy::dispatch<float>(x, ldx, stride_x, w, ldw, stride_w, y, ldy, stride_y, m, n, k, batch, stream);
 }
 
 }  // namespace strata::cuda
