@@ -29,6 +29,10 @@ class CpuBackend {
 
   void begin_step(const model::v4::Step& step);
   void end_step(const model::v4::Step&) {}
+  // Recordings of steps (CUDA graphs) are a GPU matter: the CPU runs every step's body.
+  bool replay_step(Mat&) { return false; }
+  void begin_recording(bool) {}
+  void end_recording(const Mat&) {}
   void begin_layer() {}
   void end_layer() {}
   Mat to_host(const Mat& x) const { return x; }

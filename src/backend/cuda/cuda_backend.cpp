@@ -18,43 +18,6 @@ namespace strata::cuda {
 using model::ModelConfig;
 using namespace model::v4;
 
-// --- Scratch ----------------------------------------------------------------------------------------------------
-
-Scratch::~Scratch() {
-  for (Block& b : blocks_) cudaFree(b.data);
-}
-
-void* Scratch::bytes(size_t n) {
-  n = (n + 255) / 256 * 256;  // keep every tensor 256-byte aligned (cuBLASLt, vector loads)
-  while (current_ < blocks_.size() && blocks_[current_].used + n > blocks_[current_].size) ++current_;
-  if (current_ == blocks_.size()) {
-    Block b;
-    b.size = std::max<size_t>(n, blocks_.empty() ? size_t{256} << 20 : blocks_.back().size * 2);
-    STRATA_CUDA_CHECK(cudaMalloc(&b.data, b.size));
-    blocks_.push_back(b);
-  }
-  Block& b = blocks_[current_];
-  void* p = b.data + b.used;
-  b.used += n;
-  return p;
-}
-
-Scratch::Mark Scratch::mark() const {
-  if (current_ == blocks_.size()) return {current_, 0};
-  return {current_, blocks_[current_].used};
-}
-
-void Scratch::release(const Mark& m) {
-  for (size_t b = m.block + 1; b < blocks_.size(); ++b) blocks_[b].used = 0;
-  if (m.block < blocks_.size()) blocks_[m.block].used = m.used;
-  current_ = m.block;
-}
-
-void Scratch::reset() {
-  for (Block& b : blocks_) b.used = 0;
-  current_ = 0;
-}
-
 // --- Weights ----------------------------------------------------------------------------------------------------
 
 DeviceWeights::DeviceWeights(const ModelWeights& w, GemmType type, const std::vector<const std::vector<float>*>& extra)
@@ -274,6 +237,43 @@ static CompressorState& compressor_of(LayerState& ls, CompressorSlot slot) {
   return slot == CompressorSlot::Attention ? ls.compressor : ls.indexer;
 }
 
+namespace {
+
+// A step's uploads gathered on the host, then sent as one copy from pinned memory: the GPU waits for one transfer
+// at the start of a step instead of two dozen small pageable ones.
+class UploadPack {
+ public:
+  template <typename T>
+  size_t add(const std::vector<T>& v) {
+    const size_t at = (bytes_.size() + 255) / 256 * 256;
+    bytes_.resize(at + std::max<size_t>(1, v.size()) * sizeof(T));
+    if (!v.empty()) std::memcpy(bytes_.data() + at, v.data(), v.size() * sizeof(T));
+    return at;
+  }
+  // Copies everything to `device` (size() bytes) through pinned `staging`, or straight from pageable memory
+  // without one (the driver has taken the bytes when the call returns).
+  void send(char* device, HostStaging* staging, cudaStream_t stream) const {
+    const void* from = bytes_.data();
+    if (staging) {
+      void* pinned = staging->bytes(bytes_.size());
+      std::memcpy(pinned, bytes_.data(), bytes_.size());
+      from = pinned;
+    }
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(device, from, bytes_.size(), cudaMemcpyHostToDevice, stream));
+  }
+  size_t size() const { return bytes_.size(); }
+
+ private:
+  std::vector<char> bytes_;
+};
+
+// Bounds that size a step's kernels, rounded up so that a decode step's shape (and its recording, step_graphs.h)
+// stays the same for many steps. Kernels read the true counts from the step's positions on the device.
+int64_t entries_bound(int64_t entries) { return (entries + 255) / 256 * 256; }
+int64_t pages_bound(int64_t pages) { return (std::max<int64_t>(pages, 1) + 7) / 8 * 8; }
+
+}  // namespace
+
 void CudaBackend::begin_step(const Step& step) {
   if (step.rows.chunks() == 0) fail("CUDA forward: an empty batch");
   const OpClock::Scope timed_op_(clock_, "begin_step (uploads)", step.rows.rows(), stream_);
@@ -282,37 +282,47 @@ void CudaBackend::begin_step(const Step& step) {
   rope_rows_.clear();
   work_.clear();
   closed_max_.clear();
+  routed_experts_.clear();
+  graph_ = nullptr;
   const StepRows& r = step.rows;
   const int64_t n = r.rows(), chunks = r.chunks();
+  // The shape of a decode step (every chunk one token, only its logits): what its recording depends on.
+  bool decode = true;
+  for (int64_t c = 0; c < chunks; ++c) decode = decode && r.count[c] == 1 && !(*step.chunks)[static_cast<size_t>(c)].all_logits;
+  std::vector<int64_t> shape{n};
+
+  UploadPack pack;
   auto ints = [](const std::vector<int64_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); };
-  rows_.position = upload(ints(r.position));
-  rows_.chunk = upload(ints(r.sequence));
-  rows_.first = upload(ints(r.first));
-  rows_.pos0 = upload(ints(r.pos0));
-  rows_.count = upload(ints(r.count));
-  rows_.rows = n;
-  rows_.chunks = chunks;
-  tokens_ = upload(r.tokens);
-  routed_experts_.clear();
-  routed_active_ = scratch_.alloc<int32_t>(cfg_.num_hidden_layers);
+  const size_t at_position = pack.add(ints(r.position)), at_chunk = pack.add(ints(r.sequence)),
+               at_first = pack.add(ints(r.first)), at_pos0 = pack.add(ints(r.pos0)), at_count = pack.add(ints(r.count)),
+               at_tokens = pack.add(r.tokens);
+  std::vector<std::pair<const RopeTable*, size_t>> rope_at;
   for (const RopeTable* table : ropes_) {
     const int64_t half = table->half();
-    std::vector<float> c(static_cast<size_t>(n * half)), sn(c.size());
-    for (int64_t i = 0; i < n; ++i) table->cos_sin(r.position[i], c.data() + i * half, sn.data() + i * half);
-    rope_rows_[table] = {upload(c), upload(sn)};
+    std::vector<float> cs(static_cast<size_t>(2 * n * half));
+    for (int64_t i = 0; i < n; ++i) table->cos_sin(r.position[i], cs.data() + i * half, cs.data() + (n + i) * half);
+    rope_at.emplace_back(table, pack.add(cs));
   }
-
   std::vector<float*> bases(static_cast<size_t>(chunks));
   for (int64_t c = 0; c < chunks; ++c) {
     const SequenceState& s = *(*step.chunks)[static_cast<size_t>(c)].state;
     if (!s.device_state) fail("CUDA forward: sequence ", c, " has no device state (made by another backend?)");
     bases[static_cast<size_t>(c)] = static_cast<float*>(s.device_state.get());
   }
-  state_ = upload(bases);
+  const size_t at_state = pack.add(bases);
+  // The rows whose logits the step computes (Forward::run asks hyper_head for the same list).
+  wanted_.clear();
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t i = (*step.chunks)[static_cast<size_t>(c)].all_logits ? 0 : r.count[c] - 1; i < r.count[c]; ++i)
+      wanted_.push_back(r.first[c] + i);
+  const size_t at_wanted = pack.add(std::vector<int32_t>(wanted_.begin(), wanted_.end()));
 
   // Entry pages: every compressor gets the pages its new entries need now (a pool reserved them before the step),
-  // and its page list goes to the device.
+  // and its page list goes to the device, padded to a bound. Windows that close this step, per rate, padded to the
+  // most that can close (⌈count / rate⌉ per chunk) with (-1, 0) pairs.
   tables_.assign(static_cast<size_t>(cfg_.num_hidden_layers * 2), EntryTable{});
+  std::vector<size_t> pages_at(tables_.size(), 0);
+  std::map<int64_t, size_t> work_at;
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
     for (CompressorSlot slot : {CompressorSlot::Attention, CompressorSlot::Indexer}) {
       const CompressorState& first = compressor_of(step.layer_state(0, l), slot);
@@ -327,30 +337,120 @@ void CudaBackend::begin_step(const Step& step) {
           fail("compressed-entry pages exhausted: the scheduler must reserve pages before running a step");
         max_pages = std::max<int64_t>(max_pages, static_cast<int64_t>(st.pages.size()));
       }
+      max_pages = pages_bound(max_pages);
       std::vector<int32_t> pages(static_cast<size_t>(chunks * max_pages), 0);
       for (int64_t c = 0; c < chunks; ++c) {
         const CompressorState& st = compressor_of(step.layer_state(c, l), slot);
         std::copy(st.pages.begin(), st.pages.end(), pages.begin() + c * max_pages);
       }
-      EntryTable& t = tables_[static_cast<size_t>(l * 2 + (slot == CompressorSlot::Indexer))];
+      const size_t t_index = static_cast<size_t>(l * 2 + (slot == CompressorSlot::Indexer));
+      EntryTable& t = tables_[t_index];
       t.arena = first.arena->base();
-      t.pages = upload(pages);
+      pages_at[t_index] = pack.add(pages);
       t.max_pages = max_pages;
       t.page_floats = first.arena->page_floats();
       t.per_page = first.entries_per_page();
       t.dim = first.dim;
+      shape.insert(shape.end(), {reinterpret_cast<intptr_t>(t.arena), max_pages});
       if (!work_.count(first.rate)) {
         std::vector<int32_t> work;
-        int64_t most = 0;
+        int64_t most = 0, bound = 0;
         for (int64_t c = 0; c < chunks; ++c) {
           const int64_t e0 = r.pos0[c] / first.rate, e1 = (r.pos0[c] + r.count[c]) / first.rate;
           for (int64_t w = e0; w < e1; ++w) work.insert(work.end(), {static_cast<int32_t>(c), static_cast<int32_t>(w)});
           most = std::max(most, e1);
+          bound += (r.count[c] + first.rate - 1) / first.rate;
         }
-        work_[first.rate] = {upload(work), static_cast<int64_t>(work.size() / 2)};
-        closed_max_[first.rate] = most;
+        while (static_cast<int64_t>(work.size()) < 2 * bound) work.insert(work.end(), {-1, 0});
+        work_at[first.rate] = pack.add(work);
+        work_[first.rate] = {nullptr, bound};
+        closed_max_[first.rate] = entries_bound(most);
+        shape.insert(shape.end(), {first.rate, bound, closed_max_[first.rate]});
       }
     }
+
+  // One copy of everything; then the pointers into it.
+  char* device = static_cast<char*>(scratch_.bytes(pack.size()));
+  pack.send(device, upload_staging_, stream_);
+  auto at = [&](size_t offset) { return device + offset; };
+  rows_.position = reinterpret_cast<const int32_t*>(at(at_position));
+  rows_.chunk = reinterpret_cast<const int32_t*>(at(at_chunk));
+  rows_.first = reinterpret_cast<const int32_t*>(at(at_first));
+  rows_.pos0 = reinterpret_cast<const int32_t*>(at(at_pos0));
+  rows_.count = reinterpret_cast<const int32_t*>(at(at_count));
+  rows_.rows = n;
+  rows_.chunks = chunks;
+  tokens_ = reinterpret_cast<const int32_t*>(at(at_tokens));
+  for (const auto& [table, offset] : rope_at) {
+    const auto* cs = reinterpret_cast<const float*>(at(offset));
+    rope_rows_[table] = {cs, cs + n * table->half()};
+  }
+  state_ = reinterpret_cast<float* const*>(at(at_state));
+  wanted_device_ = reinterpret_cast<const int32_t*>(at(at_wanted));
+  for (size_t i = 0; i < tables_.size(); ++i)
+    if (tables_[i].arena) tables_[i].pages = reinterpret_cast<const int32_t*>(at(pages_at[i]));
+  for (auto& [rate, w] : work_) w.first = reinterpret_cast<const int32_t*>(at(work_at.at(rate)));
+  routed_active_ = scratch_.alloc<int32_t>(cfg_.num_hidden_layers);
+
+  if (decode && graphs_ && graphs_->enabled() && !(clock_ && clock_->on())) graph_ = &graphs_->entry(shape);
+}
+
+bool CudaBackend::replay_step(Tensor& logits) {
+  if (!graph_ || !graph_->exec) return false;
+  STRATA_CUDA_CHECK(cudaGraphLaunch(graph_->exec, stream_));
+  scratch_.release(graph_->after);
+  routed_experts_ = graph_->routed;
+  logits = {graph_->logits, graph_->logits_rows, graph_->logits_cols};
+  graphs_->count_replay();
+  return true;
+}
+
+void CudaBackend::begin_recording(bool observed) {
+  body_recordable_ = true;
+  if (!graph_ || observed) {
+    graph_ = nullptr;  // an observed step reads the streams home after each layer: not a recording
+    return;
+  }
+  if (graph_->runs++ == 0 || !graph_->recordable) return;  // the first run is eager (see step_graphs.h)
+  STRATA_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+  capturing_ = true;
+}
+
+void CudaBackend::not_recordable(const char* why) {
+  body_recordable_ = false;
+  if (capturing_) fail("CUDA graphs: a recorded decode step took a path that cannot be recorded (", why, ")");
+}
+
+void CudaBackend::end_recording(const Tensor& logits) {
+  if (!graph_) return;
+  if (!capturing_) {
+    graph_->recordable = graph_->recordable && body_recordable_;
+    return;
+  }
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  STRATA_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  STRATA_CUDA_CHECK(made);
+  graph_->exec = exec;
+  graph_->after = scratch_.mark();
+  graph_->logits = logits.data;
+  graph_->logits_rows = logits.rows;
+  graph_->logits_cols = logits.cols;
+  graph_->routed = routed_experts_;
+  // Captured, not run: this step runs the recording now.
+  STRATA_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+}
+
+CudaBackend::~CudaBackend() {
+  if (capturing_) {  // an error inside a captured body: leave the stream usable
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+  }
 }
 
 void CudaBackend::end_step(const Step& step) {
@@ -376,8 +476,9 @@ void CudaBackend::end_step(const Step& step) {
     if (routed_experts_[l] < 0) routed_experts_[l] = active[l] - (routed_experts_[l] == -2);
 }
 
-Mat CudaBackend::to_host(const Tensor& x) const {
+Mat CudaBackend::to_host(const Tensor& x) {
   const OpClock::Scope timed_op_(clock_, "to_host", rows_.rows, stream_);
+  not_recordable("to_host");
   Mat m(x.rows, x.cols);
   STRATA_CUDA_CHECK(cudaMemcpyAsync(m.v.data(), x.data, m.v.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -558,7 +659,12 @@ CudaBackend::Tensor CudaBackend::hyper_head(const ModelWeights& w, const Tensor&
   STRATA_TIMED_OP("hyper_head");
   const int64_t d = cfg.hidden_size;
   Tensor y = tensor(static_cast<int64_t>(rows.size()), d);
-  const int32_t* index = upload(std::vector<int32_t>(rows.begin(), rows.end()));
+  // begin_step uploaded the rows a step asks for; another list (no caller today) goes up here, unrecorded.
+  const int32_t* index = wanted_device_;
+  if (rows != wanted_) {
+    not_recordable("hyper_head rows");
+    index = upload(std::vector<int32_t>(rows.begin(), rows.end()));
+  }
   cuda::hyper_head(streams.data, index, weights_.vec(w.hc_head_fn), weights_.vec(w.hc_head_base),
                    weights_.vec(w.hc_head_scale), y.data, y.rows, cfg.hc_mult, d,
                    static_cast<float>(cfg.rms_norm_eps), static_cast<float>(cfg.hc_eps),
@@ -744,6 +850,7 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
     return out;
   }
 
+  not_recordable("experts grouped on the host");
   std::vector<int32_t> ids(static_cast<size_t>(n * k));
   std::vector<float> weight(ids.size());
   STRATA_CUDA_CHECK(cudaMemcpyAsync(ids.data(), routing.ids, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));

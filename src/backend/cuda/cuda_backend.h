@@ -16,6 +16,8 @@
 #include "backend/cuda/moe.h"
 #include "backend/cuda/op_clock.h"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/scratch.h"
+#include "backend/cuda/step_graphs.h"
 #include "backend/cuda/v4_kernels.h"
 #include "core/tensor.h"
 #include "model/config.h"
@@ -24,36 +26,6 @@
 #include "model/deepseek_v4/weights.h"
 
 namespace strata::cuda {
-
-// Bump allocation of device memory for one step's temporaries; reset() at the start of the next step keeps the
-// blocks. A block too small for a request is followed by a new, larger one.
-class Scratch {
- public:
-  Scratch() = default;
-  ~Scratch();
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  void* bytes(size_t n);
-  // Everything allocated after mark() is freed by release(mark) (a stack inside the step).
-  struct Mark {
-    size_t block = 0, used = 0;
-  };
-  Mark mark() const;
-  void release(const Mark& m);
-  template <typename T>
-  T* alloc(int64_t count) {
-    return static_cast<T*>(bytes(static_cast<size_t>(count) * sizeof(T)));
-  }
-  void reset();
-
- private:
-  struct Block {
-    char* data = nullptr;
-    size_t size = 0, used = 0;
-  };
-  std::vector<Block> blocks_;
-  size_t current_ = 0;
-};
 
 struct DeviceMatrix {
   const void* data = nullptr;  // [rows, cols] row-major elements of `type`
@@ -145,8 +117,19 @@ class CudaBackend {
               const model::ModelConfig& cfg, const std::vector<const model::v4::RopeTable*>& ropes, cudaStream_t stream,
               OpClock* clock = nullptr);
 
+  ~CudaBackend();
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
   void begin_step(const model::v4::Step& step);
   void end_step(const model::v4::Step& step);
+  // Decode steps as CUDA graphs (step_graphs.h); `graphs` null or disabled: every step runs eagerly. Forward::run
+  // asks replay_step first; when it answers false, the body runs between begin_recording and end_recording, which
+  // capture it when this shape has run before.
+  void set_graphs(StepGraphs* graphs) { graphs_ = graphs; }
+  bool replay_step(Tensor& logits);
+  void begin_recording(bool observed);
+  void end_recording(const Tensor& logits);
   void begin_layer() {
     layer_mark_ = scratch_.mark();
     converted_.clear();
@@ -155,10 +138,13 @@ class CudaBackend {
     scratch_.release(layer_mark_);
     converted_.clear();
   }
-  Mat to_host(const Tensor& x) const;
+  Mat to_host(const Tensor& x);
   // The end of a step (cuda_backend_logits.cpp): the listed rows of x home, through `staging` when set; the listed
   // rows' argmaxes taken on the device, only the ids coming home.
   void set_host_staging(HostStaging* staging) { staging_ = staging; }
+  // Pinned memory for begin_step's uploads (the runner's, kept between steps; not the logits' staging, which the
+  // end of a step may grow while the step's uploads are still being copied).
+  void set_upload_staging(HostStaging* staging) { upload_staging_ = staging; }
   Mat rows_to_host(const Tensor& x, const std::vector<int64_t>& rows);
   std::vector<int32_t> argmax_rows(const Tensor& x, const std::vector<int64_t>& rows);
   // The listed rows' random picks (engine::sample_token without penalties or logprobs) made on the device
@@ -226,6 +212,8 @@ class CudaBackend {
   // One SwiGLU expert. x: an operand of the expert's type, or fp32 rows (converted here as each product needs).
   void swiglu_expert(const model::v4::ExpertWeights& w, Operand x, int64_t m, float* y, double limit);
   const EntryTable& entry_table(int64_t layer, model::v4::CompressorSlot slot) const;
+  // An op that needs the host inside the body (a sync, an upload): this step's shape is not recorded.
+  void not_recordable(const char* why);
 
   const DeviceWeights& weights_;
   Gemm& gemm_;
@@ -251,6 +239,13 @@ class CudaBackend {
   std::vector<int64_t> routed_experts_;
   int32_t* routed_active_ = nullptr;     // [layers] the grouped path's active-expert counts, this step
   HostStaging* staging_ = nullptr;       // pinned memory for what goes home (the runner's, kept between steps)
+  HostStaging* upload_staging_ = nullptr;
+  std::vector<int64_t> wanted_;          // the rows whose logits this step computes, and their device copy
+  const int32_t* wanted_device_ = nullptr;
+  StepGraphs* graphs_ = nullptr;
+  StepGraphs::Entry* graph_ = nullptr;   // this decode step's shape, or null
+  bool capturing_ = false;
+  bool body_recordable_ = true;
 };
 
 }  // namespace strata::cuda

@@ -43,18 +43,29 @@ class CudaRunner : public ForwardRunner {
       layout_.push_back(o);
     }
     block_floats_ = at;
+    // A stream of its own (a recording cannot be made on the legacy stream); created blocking, so the legacy-stream
+    // copies of state (copy_floats, init_state) still order with the steps.
+    STRATA_CUDA_CHECK(cudaStreamCreate(&stream_));
   }
+  ~CudaRunner() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  CudaRunner(const CudaRunner&) = delete;
+  CudaRunner& operator=(const CudaRunner&) = delete;
 
   std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe) override {
-    cuda::CudaBackend backend(weights_, gemm_, scratch_, layout_, p_.cfg, {&p_.rope_main, &p_.rope_compress}, nullptr,
+    cuda::CudaBackend backend(weights_, gemm_, scratch_, layout_, p_.cfg, {&p_.rope_main, &p_.rope_compress}, stream_,
                               &clock_);
     backend.set_host_staging(&staging_);
+    backend.set_upload_staging(&upload_staging_);
+    backend.set_graphs(&graphs_);
     std::vector<Mat> out =
         Forward<cuda::CudaBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend).run(chunks, observe);
     routed_ = backend.routed_experts();
     return out;
   }
   std::vector<int64_t> routed_experts_last_forward() const override { return routed_; }
+  int64_t steps_replayed() const override { return graphs_.replays(); }
 
   void init_state(SequenceState& s) override {
     float* block = nullptr;
@@ -80,7 +91,10 @@ class CudaRunner : public ForwardRunner {
   cuda::DeviceWeights weights_;
   cuda::Gemm gemm_;
   cuda::Scratch scratch_;
-  cuda::HostStaging staging_;  // pinned memory for the logits that go home, kept between steps
+  cuda::HostStaging staging_;         // pinned memory for the logits that go home, kept between steps
+  cuda::HostStaging upload_staging_;  // and for each step's uploads
+  cuda::StepGraphs graphs_;           // recorded decode steps (step_graphs.h)
+  cudaStream_t stream_ = nullptr;
   std::vector<cuda::LayerOffsets> layout_;
   int64_t block_floats_ = 0;
   cuda::OpClock clock_{std::getenv("STRATA_CUDA_OP_TIMES") != nullptr};

@@ -37,35 +37,43 @@ class Forward {
     if (chunks.empty()) return {};
     Step step{make_step_rows(cfg_, chunks), &chunks};
     b_.begin_step(step);
-    const int64_t hc = cfg_.hc_mult;
-    // Every residual stream starts as the token embedding.
-    Tensor streams = b_.embed(w_.embed, step.rows.tokens, hc);
-    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
-      const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
-      b_.begin_layer();  // a layer's temporaries live until end_layer; the streams carry everything onward
-      Tensor x;
-      auto mix = b_.hc_pre(lw.hc_attn, streams, x, cfg_);
-      b_.rms_norm_rows(x, &lw.attn_norm, cfg_.rms_norm_eps);
-      b_.hc_post(mix, attention(l, x, step), streams);
-      mix = b_.hc_pre(lw.hc_ffn, streams, x, cfg_);
-      b_.rms_norm_rows(x, &lw.ffn_norm, cfg_.rms_norm_eps);
-      b_.hc_post(mix, moe(lw.ffn, x, step), streams);
-      b_.end_layer();
-      if (observe) observe(l, b_.to_host(streams));
+    // A backend that recorded a step of this shape before runs the recording instead of the body (CUDA graphs of
+    // decode steps); otherwise the body runs, and the backend may record it.
+    Tensor logits;
+    if (!b_.replay_step(logits)) {
+      b_.begin_recording(static_cast<bool>(observe));
+      const int64_t hc = cfg_.hc_mult;
+      // Every residual stream starts as the token embedding.
+      Tensor streams = b_.embed(w_.embed, step.rows.tokens, hc);
+      for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+        const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
+        b_.begin_layer();  // a layer's temporaries live until end_layer; the streams carry everything onward
+        Tensor x;
+        auto mix = b_.hc_pre(lw.hc_attn, streams, x, cfg_);
+        b_.rms_norm_rows(x, &lw.attn_norm, cfg_.rms_norm_eps);
+        b_.hc_post(mix, attention(l, x, step), streams);
+        mix = b_.hc_pre(lw.hc_ffn, streams, x, cfg_);
+        b_.rms_norm_rows(x, &lw.ffn_norm, cfg_.rms_norm_eps);
+        b_.hc_post(mix, moe(lw.ffn, x, step), streams);
+        b_.end_layer();
+        if (observe) observe(l, b_.to_host(streams));
+      }
+
+      // HyperHead: a last learned collapse of the streams, then the final norm and the vocabulary head — only for
+      // the rows whose logits were asked for.
+      std::vector<int64_t> wanted;
+      for (size_t c = 0; c < chunks.size(); ++c) {
+        const int64_t count = static_cast<int64_t>(chunks[c].tokens.size());
+        for (int64_t i = chunks[c].all_logits ? 0 : count - 1; i < count; ++i)
+          wanted.push_back(step.rows.first[c] + i);
+      }
+      Tensor y = b_.hyper_head(w_, streams, wanted, cfg_);
+      b_.rms_norm_rows(y, &w_.norm, cfg_.rms_norm_eps);
+      logits = b_.linear(y, w_.head);
+      b_.end_recording(logits);
     }
     for (SequenceChunk& ch : chunks) ch.state->num_tokens += static_cast<int64_t>(ch.tokens.size());
 
-    // HyperHead: a last learned collapse of the streams, then the final norm and the vocabulary head — only for
-    // the rows whose logits were asked for.
-    std::vector<int64_t> wanted;
-    for (size_t c = 0; c < chunks.size(); ++c) {
-      const int64_t count = static_cast<int64_t>(chunks[c].tokens.size());
-      for (int64_t i = chunks[c].all_logits ? 0 : count - 1; i < count; ++i)
-        wanted.push_back(step.rows.first[c] + i);
-    }
-    Tensor y = b_.hyper_head(w_, streams, wanted, cfg_);
-    b_.rms_norm_rows(y, &w_.norm, cfg_.rms_norm_eps);
-    const Tensor logits = b_.linear(y, w_.head);
     // Rows of `logits` (chunk after chunk) that go home whole, rows of which only the greedy pick is wanted, and
     // rows of which only a random pick is wanted: the backend makes those picks where the logits are.
     std::vector<int64_t> whole_rows, argmax_rows, sample_rows;

@@ -46,6 +46,8 @@ class ForwardRunner {
   // Per layer, how many distinct routed experts the last forward ran (what a step must read of the expert
   // weights: the floor of benchmarks).
   virtual std::vector<int64_t> routed_experts_last_forward() const = 0;
+  // Steps run from a recording (CUDA graphs of decode steps) so far; 0 for a backend that does not record.
+  virtual int64_t steps_replayed() const { return 0; }
 };
 
 class Model {
@@ -85,6 +87,7 @@ class Model {
   std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe = {}) const;
   // Per layer, the distinct routed experts the last forward ran (0 for none yet).
   std::vector<int64_t> routed_experts_last_forward() const { return runner_->routed_experts_last_forward(); }
+  int64_t steps_replayed() const { return runner_->steps_replayed(); }
 
   // What the forward runners share; heap-allocated so a moved Model keeps its address.
   struct Parts {

@@ -1,0 +1,32 @@
+#include "backend/cuda/step_graphs.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace strata::cuda {
+
+StepGraphs::StepGraphs() {
+  const char* env = std::getenv("STRATA_CUDA_GRAPHS");
+  enabled_ = !(env && std::strcmp(env, "0") == 0);
+}
+
+StepGraphs::~StepGraphs() { clear(); }
+
+void StepGraphs::clear() {
+  for (auto& [shape, e] : entries_)
+    if (e.exec) cudaGraphExecDestroy(e.exec);
+  entries_.clear();
+}
+
+StepGraphs::Entry& StepGraphs::entry(const std::vector<int64_t>& shape) {
+  if (entries_.size() >= kMaxEntries && !entries_.count(shape)) clear();
+  return entries_[shape];
+}
+
+int64_t StepGraphs::recorded() const {
+  int64_t n = 0;
+  for (const auto& [shape, e] : entries_) n += e.exec != nullptr;
+  return n;
+}
+
+}  // namespace strata::cuda

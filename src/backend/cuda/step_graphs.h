@@ -1,0 +1,57 @@
+#pragma once
+// Decode steps as CUDA graphs. A decode step (every sequence adds one token) is a few hundred small kernels whose
+// arguments depend only on the step's shape: the number of rows, and bounds that CudaBackend::begin_step rounds up
+// (most entries any sequence has, page-table width, windows that may close) so that they change every few hundred
+// tokens, not every step. Everything that does change per step (positions, tokens, page lists, which windows close)
+// is uploaded by begin_step into the same scratch addresses before the body runs. So a step whose shape was seen
+// before replays the kernels recorded for it: one launch instead of hundreds, no gaps between them on the GPU.
+//
+// A shape is run eagerly the first time (it grows the scratch arena and cuBLASLt's plan cache, and tells whether
+// every op it takes can be recorded), captured the second time, and replayed from then on.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "backend/cuda/scratch.h"
+
+namespace strata::cuda {
+
+class StepGraphs {
+ public:
+  // STRATA_CUDA_GRAPHS=0 in the environment turns recording off (for comparisons); on otherwise.
+  StepGraphs();
+  ~StepGraphs();
+  StepGraphs(const StepGraphs&) = delete;
+  StepGraphs& operator=(const StepGraphs&) = delete;
+
+  bool enabled() const { return enabled_; }
+  void set_enabled(bool on) { enabled_ = on; }
+
+  struct Entry {
+    int64_t runs = 0;         // eager runs and captures so far
+    bool recordable = true;   // every op of the step can be captured (no host round trip inside the body)
+    cudaGraphExec_t exec = nullptr;
+    Scratch::Mark after;      // the scratch in use when the body ended: the logits and what the step keeps
+    float* logits = nullptr;  // the body's result, at a fixed address
+    int64_t logits_rows = 0, logits_cols = 0;
+    std::vector<int64_t> routed;  // CudaBackend's per-layer expert bookkeeping of the body
+  };
+  // The entry of a step shape (made on first sight). Shapes beyond kMaxEntries drop every recording first: a
+  // serving process sees a bounded set of batch sizes, and a runaway set should cost memory only once.
+  Entry& entry(const std::vector<int64_t>& shape);
+  int64_t recorded() const;
+  int64_t replays() const { return replays_; }
+  void count_replay() { ++replays_; }
+
+  static constexpr size_t kMaxEntries = 512;
+
+ private:
+  void clear();
+  std::map<std::vector<int64_t>, Entry> entries_;
+  bool enabled_ = true;
+  int64_t replays_ = 0;
+};
+
+}  // namespace strata::cuda
