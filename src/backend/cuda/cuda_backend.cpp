@@ -738,7 +738,9 @@ CudaBackend::Tensor CudaBackend::sparse_attention(const Tensor& q, const Tensor&
                  max_keys, keys, key_count, stream_);
   Tensor out = tensor(n, heads * hd);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  if (n <= kSplitKeysMaxRows)
+  if (n > kSplitKeysMaxRows && weights_.type() != GemmType::Fp32 && attention_mma_supported(hd))
+    sparse_attention_mma(q.data, keys, key_count, max_keys, weights_.vec(sinks), out.data, n, heads, hd, scale, stream_);
+  else if (n <= kSplitKeysMaxRows)
     sparse_attention_split(q.data, keys, key_count, max_keys, weights_.vec(sinks), out.data, n, heads, hd, scale,
                            scratch_.alloc<float>(attention_split_floats(n, heads, hd, max_keys)), stream_);
   else

@@ -29,6 +29,13 @@ void sparse_attention(const float* q, const float* const* keys, const int32_t* k
                       const float* sinks, float* out, int64_t rows, int64_t heads, int64_t head_dim, float scale,
                       cudaStream_t stream);
 
+// The same on tensor cores (attention_mma.cu): q, keys and probabilities rounded to bf16, fp32 accumulation and
+// softmax; for prefill-sized steps of the bf16 and fp8 precisions. head_dim one of attention_mma_supported's.
+bool attention_mma_supported(int64_t head_dim);
+void sparse_attention_mma(const float* q, const float* const* keys, const int32_t* key_count, int64_t max_keys,
+                          const float* sinks, float* out, int64_t rows, int64_t heads, int64_t head_dim, float scale,
+                          cudaStream_t stream);
+
 // The element type of matrix-product operands (weights and the activations fed to them): bf16 (the product), fp32
 // (the reference precision: fp32 arithmetic throughout, no TF32), or fp8 — e4m3 codes with fp32 scales, for weights
 // per 128×128 block (a DeepSeek checkpoint's own layout, uploaded as stored) and for activations per row and 128
