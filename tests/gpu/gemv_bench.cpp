@@ -5,7 +5,9 @@
 // gemv calls against one gemv_many.
 // Checks: every output against a CPU double-precision reference (|y - ref| ≤ 1e-5 · Σ|w·x|), each row of an m-row
 // product bit-identical to the 1-row product of that row, gemv_many bit-identical to the separate gemv calls.
-// Timing: median of 25 launches after warm-up, each its own cudaEvent pair, L2 flushed before each by writing 256 MB.
+// Timing: median of 25 launches after warm-up, each its own cudaEvent pair, each on the next of enough copies of the
+// weights (≥ 256 MB in all, five times the L2) that none is still cached. (Flushing by writing a buffer instead leaves
+// the L2 full of dirty lines whose write-back the timed kernel would pay for.)
 // Usage: strata_gpu_gemv_bench [OUT.json]   (JSON to stdout when no path is given; exit status 1 if a check fails)
 #include <cuda_bf16.h>
 
@@ -29,7 +31,10 @@ namespace {
 
 constexpr int64_t kRows = 8;        // activation rows generated; an m-row product reads the first m
 constexpr double kBound = 1e-5;     // relative to Σ|w·x|
-constexpr size_t kFlushBytes = 256u << 20;
+constexpr double kRotationBytes = 256.0 * (1 << 20);
+
+// Copies of `bytes` of weights to rotate through so that a launch finds none of its weights in the L2.
+int64_t copies_for(double bytes) { return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(kRotationBytes / bytes))); }
 
 // Random bf16 values of magnitude in [1/64, 1], either sign: never zero, so a skipped element always shows.
 std::vector<__nv_bfloat16> random_bf16(size_t count, std::mt19937_64& rng) {
@@ -89,17 +94,16 @@ double max_error(const std::vector<float>& y, const Reference& ref, int64_t m, i
 
 bool same_bits(const float* a, const float* b, size_t count) { return std::memcmp(a, b, count * sizeof(float)) == 0; }
 
-// Median time of one call (µs), each launch timed by its own events after the L2 is overwritten.
-double time_us(const std::function<void()>& once, DeviceBuffer<uint8_t>& flush) {
-  for (int i = 0; i < 3; ++i) once();
+// Median time of one call (µs), each launch timed by its own events; once(i) runs on weight copy i mod copies.
+double time_us(const std::function<void(int)>& once) {
+  for (int i = 0; i < 3; ++i) once(i);
   cudaEvent_t t0, t1;
   STRATA_CUDA_CHECK(cudaEventCreate(&t0));
   STRATA_CUDA_CHECK(cudaEventCreate(&t1));
   std::vector<float> times;
   for (int i = 0; i < 25; ++i) {
-    STRATA_CUDA_CHECK(cudaMemsetAsync(flush.data(), i & 0xff, flush.size()));
     STRATA_CUDA_CHECK(cudaEventRecord(t0));
-    once();
+    once(i + 3);
     STRATA_CUDA_CHECK(cudaEventRecord(t1));
     STRATA_CUDA_CHECK(cudaEventSynchronize(t1));
     float ms = 0;
@@ -135,18 +139,25 @@ struct Shape {
 
 // One gemv shape at m = 1, 2, 4, 8: checks, then old and new timed. x and y laid out as the grouped o-projection
 // (cuda_backend.cpp): x [rows, batch·k] with group g at column g·k, y [rows, batch·n] with group g at column g·n.
-void run_shape(const Shape& s, std::mt19937_64& rng, DeviceBuffer<uint8_t>& flush, std::vector<Result>& results) {
+void run_shape(const Shape& s, std::mt19937_64& rng, std::vector<Result>& results) {
   const int64_t ldx = s.batch * s.k, ldy = s.batch * s.n, stride_x = s.k, stride_y = s.n, stride_w = s.n * s.k;
   const auto hw = random_bf16(static_cast<size_t>(s.batch * s.n * s.k), rng);
   const auto hx = random_bf16(static_cast<size_t>(kRows * ldx), rng);
-  const DeviceBuffer<__nv_bfloat16> w(hw), x(hx);
+  const DeviceBuffer<__nv_bfloat16> x(hx);
+  const auto size = hw.size();
+  const int64_t copies = copies_for(2.0 * static_cast<double>(size));
+  DeviceBuffer<__nv_bfloat16> w(size * static_cast<size_t>(copies));
+  for (int64_t i = 0; i < copies; ++i)
+    STRATA_CUDA_CHECK(cudaMemcpy(w.data() + static_cast<size_t>(i) * size, hw.data(), size * sizeof(__nv_bfloat16),
+                                 cudaMemcpyHostToDevice));
   const Reference ref = reference(widen(hx), ldx, stride_x, widen(hw), stride_w, ldy, stride_y, s.n, s.k, s.batch);
   DeviceBuffer<float> y(static_cast<size_t>(kRows * ldy));
   if (!sc::gemv_applies(sc::GemmType::Bf16, x.data(), ldx, stride_x, w.data(), s.k, stride_w, 1, s.k))
     strata::fail("gemv_bench: gemv does not take ", s.name);
-  auto product = [&](bool current, const __nv_bfloat16* xr, int64_t m, float* out) {
-    (current ? sc::gemv : sc::gemv_legacy)(sc::GemmType::Bf16, xr, ldx, stride_x, w.data(), s.k, stride_w, out, ldy,
-                                           stride_y, m, s.n, s.k, s.batch, nullptr);
+  auto product = [&](bool current, const __nv_bfloat16* xr, int64_t m, float* out, int copy = 0) {
+    (current ? sc::gemv : sc::gemv_legacy)(sc::GemmType::Bf16, xr, ldx, stride_x,
+                                           w.data() + static_cast<size_t>(copy % copies) * size, s.k, stride_w, out,
+                                           ldy, stride_y, m, s.n, s.k, s.batch, nullptr);
   };
   // Each activation row alone: what every row of an m-row product must reproduce bit for bit.
   std::vector<float> single(static_cast<size_t>(kRows * ldy));
@@ -167,8 +178,8 @@ void run_shape(const Shape& s, std::mt19937_64& rng, DeviceBuffer<uint8_t>& flus
                                             static_cast<long long>(m), old_error);
     Result r{s.name, m, 2.0 * static_cast<double>(s.batch * s.n * s.k + m * ldx) + 4.0 * static_cast<double>(m * ldy),
              0, 0, max_error(out, ref, m, ldy), same_bits(out.data(), single.data(), static_cast<size_t>(m * ldy))};
-    r.old_us = time_us([&] { product(false, x.data(), m, y.data()); }, flush);
-    r.new_us = time_us([&] { product(true, x.data(), m, y.data()); }, flush);
+    r.old_us = time_us([&](int i) { product(false, x.data(), m, y.data(), i); });
+    r.new_us = time_us([&](int i) { product(true, x.data(), m, y.data(), i); });
     print(r);
     results.push_back(r);
   }
@@ -177,39 +188,52 @@ void run_shape(const Shape& s, std::mt19937_64& rng, DeviceBuffer<uint8_t>& flus
 // A V4-Flash layer's attention inputs of one activation (k = 4096): wq_a 1024, wkv 512, the compressor's wkv and
 // wgate (overlapping windows: 2 × 512 each), the indexer compressor's wkv and wgate (256 each), the indexer's
 // weights_proj 64 — seven gemv calls (old) against one gemv_many (new), which must give the same bits.
-void run_many(std::mt19937_64& rng, DeviceBuffer<uint8_t>& flush, std::vector<Result>& results) {
+void run_many(std::mt19937_64& rng, std::vector<Result>& results) {
   const int64_t k = 4096;
   const std::vector<int64_t> rows = {1024, 512, 1024, 1024, 256, 256, 64};
   const auto hx = random_bf16(static_cast<size_t>(kRows * k), rng);
   const DeviceBuffer<__nv_bfloat16> x(hx);
   const auto xf = widen(hx);
-  std::vector<DeviceBuffer<__nv_bfloat16>> w;
+  std::vector<DeviceBuffer<__nv_bfloat16>> w;  // per target: `copies` copies of its matrix, one after another
   std::vector<DeviceBuffer<float>> y_many, y_each;
   std::vector<Reference> refs;
-  std::vector<sc::GemvTarget> targets;
+  std::vector<std::vector<__nv_bfloat16>> host;
   double weight_bytes = 0;
   for (const int64_t n : rows) {
-    const auto hw = random_bf16(static_cast<size_t>(n * k), rng);
-    w.emplace_back(hw);
-    refs.push_back(reference(xf, k, 0, widen(hw), 0, n, 0, n, k, 1));
+    host.push_back(random_bf16(static_cast<size_t>(n * k), rng));
+    refs.push_back(reference(xf, k, 0, widen(host.back()), 0, n, 0, n, k, 1));
     y_many.emplace_back(static_cast<size_t>(kRows * n));
     y_each.emplace_back(static_cast<size_t>(kRows * n));
-    targets.push_back({w.back().data(), n, y_many.back().data()});
     weight_bytes += 2.0 * static_cast<double>(n * k);
   }
-  const int count = static_cast<int>(targets.size());
+  const int64_t copies = copies_for(weight_bytes);
+  std::vector<std::vector<sc::GemvTarget>> targets(static_cast<size_t>(copies));  // per copy
+  for (size_t j = 0; j < rows.size(); ++j) {
+    const size_t size = host[j].size();
+    w.emplace_back(size * static_cast<size_t>(copies));
+    for (int64_t i = 0; i < copies; ++i) {
+      STRATA_CUDA_CHECK(cudaMemcpy(w[j].data() + static_cast<size_t>(i) * size, host[j].data(),
+                                   size * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
+      targets[static_cast<size_t>(i)].push_back({w[j].data() + static_cast<size_t>(i) * size, rows[j], y_many[j].data()});
+    }
+  }
+  const int count = static_cast<int>(rows.size());
   for (const int64_t m : {1, 4}) {
-    if (!sc::gemv_many_applies(sc::GemmType::Bf16, x.data(), m, k, targets.data(), count))
+    if (!sc::gemv_many_applies(sc::GemmType::Bf16, x.data(), m, k, targets[0].data(), count))
       strata::fail("gemv_bench: gemv_many does not take the attention inputs");
-    auto each = [&](bool current) {
+    auto each = [&](bool current, int copy) {
       for (size_t j = 0; j < rows.size(); ++j)
-        (current ? sc::gemv : sc::gemv_legacy)(sc::GemmType::Bf16, x.data(), k, 0, w[j].data(), k, 0,
+        (current ? sc::gemv : sc::gemv_legacy)(sc::GemmType::Bf16, x.data(), k, 0,
+                                               targets[static_cast<size_t>(copy % copies)][j].w, k, 0,
                                                y_each[j].data(), rows[j], 0, m, rows[j], k, 1, nullptr);
     };
-    auto many = [&] { sc::gemv_many(sc::GemmType::Bf16, x.data(), m, k, targets.data(), count, nullptr); };
+    auto many = [&](int copy) {
+      sc::gemv_many(sc::GemmType::Bf16, x.data(), m, k, targets[static_cast<size_t>(copy % copies)].data(), count,
+                    nullptr);
+    };
     for (size_t j = 0; j < rows.size(); ++j) y_each[j].fill_bytes(0xff), y_many[j].fill_bytes(0xff);
-    each(true);
-    many();
+    each(true, 0);
+    many(0);
     Result r{"attn_inputs_many", m, weight_bytes + 2.0 * static_cast<double>(m * k), 0, 0, 0, true};
     double rows_total = 0;
     for (size_t j = 0; j < rows.size(); ++j) {
@@ -219,9 +243,9 @@ void run_many(std::mt19937_64& rng, DeviceBuffer<uint8_t>& flush, std::vector<Re
       rows_total += 4.0 * static_cast<double>(m * rows[j]);
     }
     r.bytes += rows_total;
-    const double legacy_us = time_us([&] { each(false); }, flush);
-    r.old_us = time_us([&] { each(true); }, flush);
-    r.new_us = time_us(many, flush);
+    const double legacy_us = time_us([&](int i) { each(false, i); });
+    r.old_us = time_us([&](int i) { each(true, i); });
+    r.new_us = time_us(many);
     std::printf("(7 gemv_legacy calls: %.2f us)\n", legacy_us);
     print(r);
     results.push_back(r);
@@ -233,13 +257,12 @@ void run_many(std::mt19937_64& rng, DeviceBuffer<uint8_t>& flush, std::vector<Re
 int main(int argc, char** argv) {
   try {
     std::mt19937_64 rng(11);
-    DeviceBuffer<uint8_t> flush(kFlushBytes);
     std::vector<Result> results;
     const std::vector<Shape> shapes = {{"32768x1024", 32768, 1024, 1},   {"4096x8192", 4096, 8192, 1},
                                        {"8x(1024x4096)", 1024, 4096, 8}, {"1024x4096", 1024, 4096, 1},
                                        {"512x4096", 512, 4096, 1},       {"129280x4096", 129280, 4096, 1}};
-    for (const Shape& s : shapes) run_shape(s, rng, flush, results);
-    run_many(rng, flush, results);
+    for (const Shape& s : shapes) run_shape(s, rng, results);
+    run_many(rng, results);
     std::FILE* out = argc > 1 ? std::fopen(argv[1], "w") : stdout;
     if (!out) strata::fail("gemv_bench: cannot write ", argv[1]);
     bool pass = true;

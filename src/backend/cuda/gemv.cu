@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm_element.cuh"
@@ -23,7 +24,11 @@ namespace strata::cuda {
 namespace {
 
 constexpr int kBlockWarps = 4;  // small blocks: a narrow matrix's few tiles still spread over every SM
-constexpr int kInFlight = 16;   // 16-byte weight vectors a lane requests before it multiplies (R rows × kInFlight / R)
+// 16-byte weight vectors a lane requests before it multiplies (R rows × kInFlight / R each). fp32 (the reference
+// precision) keeps 8, and 4 from four activation rows up: with more, ptxas hoists the activation loads past the register
+// budget and spills.
+template <typename T, int M>
+constexpr int kInFlight = sizeof(T) == 2 ? 16 : M < 4 ? 8 : 4;
 
 int multiprocessors() {
   static const int count = [] {
@@ -84,11 +89,22 @@ struct SharedInputProducts {
   }
 };
 
+// A weight vector: read once, so it bypasses L1 (where the activations stay) and takes the read-only path.
+__device__ inline uint4 load_streaming(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// At least three blocks (twelve warps) an SM: registers for the loads in flight, not a fourth block (fp32 with
+// eight activation rows: two, else ptxas spills).
 template <typename T, int M, int R, typename Products>
-__global__ void __launch_bounds__(kBlockWarps * 32)
+__global__ void __launch_bounds__(kBlockWarps * 32, sizeof(T) == 4 && M == 8 ? 2 : 3)
     gemv_rows_kernel(const Products products, int m, int64_t k, int64_t tiles) {
   constexpr int kVec = static_cast<int>(16 / sizeof(T));
-  constexpr int kLoads = kInFlight / R;  // per row of the tile
+  constexpr int kLoads = kInFlight<T, M> / R;  // per row of the tile
   constexpr int64_t kRound = 32 * kVec;  // columns one round of the warp's vectors covers
   const int lane = threadIdx.x % 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kBlockWarps;
@@ -103,24 +119,31 @@ __global__ void __launch_bounds__(kBlockWarps * 32)
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
-    for (int64_t c0 = static_cast<int64_t>(lane) * kVec; c0 < k; c0 += kRound * kLoads) {
+    // One round: the lane's kLoads vectors of each of the R rows requested, then multiplied column by column with the
+    // M activation vectors of that column (all requested before the first is used; rows past m repeat row m - 1 and
+    // their sums are dropped). kGuard: the last round, whose columns may run past k (lanes skip those vectors).
+    auto round = [&](int64_t c0, auto guard) {
+      constexpr bool kGuard = decltype(guard)::value;
       uint4 wv[R][kLoads];
 #pragma unroll
       for (int u = 0; u < kLoads; ++u) {
-        const int64_t c = c0 + u * kRound;
+        int64_t c = c0 + u * kRound;
+        if constexpr (kGuard) c = c < k ? c : k - kVec;
 #pragma unroll
-        for (int r = 0; r < R; ++r)
-          if (c < k) wv[r][u] = *reinterpret_cast<const uint4*>(wr[r] + c);
+        for (int r = 0; r < R; ++r) wv[r][u] = load_streaming(wr[r] + c);
       }
 #pragma unroll
       for (int u = 0; u < kLoads; ++u) {
-        const int64_t c = c0 + u * kRound;
-        if (c >= k) break;
+        int64_t c = c0 + u * kRound;
+        if constexpr (kGuard) {
+          if (c >= k) break;
+        }
+        uint4 xv[M];
+#pragma unroll
+        for (int t = 0; t < M; ++t) xv[t] = __ldg(reinterpret_cast<const uint4*>(tile.x + (t < m ? t : m - 1) * tile.ldx + c));
 #pragma unroll
         for (int t = 0; t < M; ++t) {
-          if (t >= m) break;
-          const uint4 xv = *reinterpret_cast<const uint4*>(tile.x + t * tile.ldx + c);
-          const T* xt = reinterpret_cast<const T*>(&xv);
+          const T* xt = reinterpret_cast<const T*>(&xv[t]);
           float xf[kVec];
 #pragma unroll
           for (int v = 0; v < kVec; ++v) xf[v] = to_float(xt[v]);
@@ -132,7 +155,11 @@ __global__ void __launch_bounds__(kBlockWarps * 32)
           }
         }
       }
-    }
+    };
+    const int64_t lane_offset = static_cast<int64_t>(lane) * kVec, full = k / (kRound * kLoads) * (kRound * kLoads);
+#pragma unroll 1
+    for (int64_t c0 = 0; c0 < full; c0 += kRound * kLoads) round(c0 + lane_offset, std::false_type{});
+    if (full < k) round(full + lane_offset, std::true_type{});
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -167,20 +194,22 @@ void launch_rows(const Products& products, int64_t m, int64_t k, int64_t tiles, 
 }
 
 // Rows per tile: as many as a lane's kInFlight vectors cover when a row has fewer (k of 1024 bf16: 4 vectors a lane
-// a row, so 4 rows), but never so many that the tiles leave warps of the GPU idle (a narrow matrix: one row a tile).
+// a row, so 4 rows), two from 4 activation rows up (each activation vector read from L1 then serves two weight
+// vectors), but never so many that the tiles leave warps of the GPU idle (a narrow matrix: one row a tile).
 template <typename T>
-int rows_per_tile(int64_t rows, int64_t k) {
+int rows_per_tile(int64_t rows, int64_t m, int64_t k) {
   const int64_t round = 32 * (16 / static_cast<int64_t>(sizeof(T))), vectors = (k + round - 1) / round;
   const int64_t warps = 2 * kBlockWarps * static_cast<int64_t>(multiprocessors());
-  int r = 4;
-  while (r > 1 && (r * vectors > kInFlight || (rows + r - 1) / r < warps)) r /= 2;
+  const int64_t in_flight = m < 4 ? kInFlight<T, 1> : kInFlight<T, 8>;
+  int r = vectors <= in_flight / 4 && m <= 4 ? 4 : vectors <= in_flight / 2 || m >= 4 ? 2 : 1;
+  while (r > 1 && (rows + r - 1) / r < warps) r /= 2;
   return r;
 }
 
 // Picks M (the rows the kernel is compiled for, ≥ m) and R, then launches over `products(R)`.
 template <typename T, template <typename, int> class Products, typename Make>
 void dispatch_rows(const Make& make, int64_t rows, int64_t m, int64_t k, cudaStream_t stream) {
-  const int r = rows_per_tile<T>(rows, k);
+  const int r = rows_per_tile<T>(rows, m, k);
   auto with_m = [&](auto rows_tag) {
     constexpr int R = decltype(rows_tag)::value;
     const Products<T, R> products = make(std::integral_constant<int, R>{});
@@ -191,7 +220,7 @@ void dispatch_rows(const Make& make, int64_t rows, int64_t m, int64_t k, cudaStr
       launch_rows<T, 2, R>(products, m, k, tiles, stream);
     else if (m <= 4)
       launch_rows<T, 4, R>(products, m, k, tiles, stream);
-    else
+    else if constexpr (R <= 2)  // eight activation rows take four weight rows' registers: rows_per_tile says 2
       launch_rows<T, 8, R>(products, m, k, tiles, stream);
   };
   if (r == 4)
