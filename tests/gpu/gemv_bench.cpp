@@ -252,6 +252,19 @@ void run_many(std::mt19937_64& rng, std::vector<Result>& results) {
   }
 }
 
+// fp32 operands (the reference precision) take other register budgets: checked against the reference, not timed.
+bool check_fp32(int64_t m, int64_t n, int64_t k, std::mt19937_64& rng) {
+  const auto hw = widen(random_bf16(static_cast<size_t>(n * k), rng)), hx = widen(random_bf16(static_cast<size_t>(kRows * k), rng));
+  const DeviceBuffer<float> w(hw), x(hx);
+  DeviceBuffer<float> y(static_cast<size_t>(kRows * n));
+  y.fill_bytes(0xff);
+  sc::gemv(sc::GemmType::Fp32, x.data(), k, 0, w.data(), k, 0, y.data(), n, 0, m, n, k, 1, nullptr);
+  const double error = max_error(y.download(), reference(hx, k, 0, hw, 0, n, 0, n, k, 1), m, n);
+  std::printf("fp32 %lldx%lldx%lld  err %.2e  %s\n", static_cast<long long>(m), static_cast<long long>(n),
+              static_cast<long long>(k), error, error <= kBound ? "PASS" : "FAIL");
+  return error <= kBound;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -263,9 +276,10 @@ int main(int argc, char** argv) {
                                        {"512x4096", 512, 4096, 1},       {"129280x4096", 129280, 4096, 1}};
     for (const Shape& s : shapes) run_shape(s, rng, results);
     run_many(rng, results);
+    bool pass = true;
+    for (const int64_t m : {1, 3, 5, 8}) pass = check_fp32(m, 1000, 2048, rng) && check_fp32(m, 4096, 1024, rng) && pass;
     std::FILE* out = argc > 1 ? std::fopen(argv[1], "w") : stdout;
     if (!out) strata::fail("gemv_bench: cannot write ", argv[1]);
-    bool pass = true;
     std::fprintf(out, "[\n");
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
