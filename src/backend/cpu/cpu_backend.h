@@ -61,6 +61,12 @@ class CpuBackend {
   // Row r of the result holds `copies` copies of token r's embedding row.
   Mat embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies) const;
   Mat linear(const Mat& x, const WeightRef& w) const;
+  // linear for each of several weights on the same input (one product after another).
+  std::vector<Mat> linear_many(const Mat& x, const std::vector<const WeightRef*>& ws) const {
+    std::vector<Mat> out;
+    for (const WeightRef* w : ws) out.push_back(linear(x, *w));
+    return out;
+  }
   // y[:, g·rank + o] = x[:, g·in + …] · w[g·rank + o, :]ᵀ for each of `groups` column groups of x (in = cols/groups).
   Mat grouped_linear(const Mat& x, const WeightRef& w, int64_t groups) const;
   void rms_norm_rows(Mat& x, const std::vector<float>* weight, double eps) const;

@@ -568,6 +568,33 @@ CudaBackend::Tensor CudaBackend::linear(const Tensor& x, const WeightRef& w) {
   return y;
 }
 
+std::vector<CudaBackend::Tensor> CudaBackend::linear_many(const Tensor& x, const std::vector<const WeightRef*>& ws) {
+  std::vector<Tensor> out;
+  // Decode sizes: every product in one GEMV launch (gemv_many gives each the bits gemv gives), when the weights
+  // share a type the GEMV reads (bf16 or fp32: FP8 weights take gemv_fp8, one launch each).
+  std::vector<const DeviceMatrix*> d;
+  for (const WeightRef* w : ws) d.push_back(&weights_.matrix(*w));
+  const bool one_type = !d.empty() && std::all_of(d.begin(), d.end(), [&](const DeviceMatrix* m) {
+    return m->type == d[0]->type && m->type != GemmType::Fp8 && m->cols == x.cols;
+  });
+  if (one_type && x.rows <= kGemvMaxRows && static_cast<int64_t>(d.size()) <= kGemvMaxTargets) {
+    STRATA_TIMED_OP("linear_many");
+    const Operand xin = operand(x.data, x.rows, x.cols, d[0]->type);
+    std::vector<GemvTarget> targets;
+    for (const DeviceMatrix* m : d) targets.push_back({m->data, m->rows, nullptr});
+    if (gemv_many_applies(d[0]->type, xin.data, x.rows, x.cols, targets.data(), static_cast<int>(targets.size()))) {
+      for (size_t i = 0; i < d.size(); ++i) {
+        out.push_back(tensor(x.rows, d[i]->rows));
+        targets[i].y = out.back().data;
+      }
+      gemv_many(d[0]->type, xin.data, x.rows, x.cols, targets.data(), static_cast<int>(targets.size()), stream_);
+      return out;
+    }
+  }
+  for (const WeightRef* w : ws) out.push_back(linear(x, *w));
+  return out;
+}
+
 CudaBackend::Tensor CudaBackend::grouped_linear(const Tensor& x, const WeightRef& w, int64_t groups) {
   STRATA_TIMED_OP("grouped_linear");
   const DeviceMatrix& d = weights_.matrix(w);

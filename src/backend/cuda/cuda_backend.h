@@ -154,6 +154,8 @@ class CudaBackend {
 
   Tensor embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies);
   Tensor linear(const Tensor& x, const WeightRef& w);
+  // x · wᵀ for each of several weights (the products of one block input; one launch at decode sizes).
+  std::vector<Tensor> linear_many(const Tensor& x, const std::vector<const WeightRef*>& ws);
   Tensor grouped_linear(const Tensor& x, const WeightRef& w, int64_t groups);
   void rms_norm_rows(Tensor& x, const std::vector<float>* weight, double eps);
   void head_rms_norm(Tensor& x, int64_t head_dim, double eps);

@@ -117,27 +117,37 @@ class Forward {
     const RopeTable& rope =
         cfg_.layer_types[static_cast<size_t>(layer)] == AttentionType::Sliding ? rope_main_ : rope_compress_;
 
-    Tensor q_residual = b_.linear(x, w.wq_a);
+    // Every product of the block input x at once (a backend may run them as one; a GPU does at decode sizes): the
+    // query's low-rank residual, the shared key-value, the compressors' inputs, the indexer's head weights.
+    std::vector<const WeightRef*> from_x{&w.wq_a, &w.wkv};
+    if (w.compressor) from_x.insert(from_x.end(), {&w.compressor->wkv, &w.compressor->wgate});
+    if (w.indexer)
+      from_x.insert(from_x.end(), {&w.indexer->compressor.wkv, &w.indexer->compressor.wgate, &w.indexer->weights_proj});
+    std::vector<Tensor> of_x = b_.linear_many(x, from_x);
+    Tensor& q_residual = of_x[0];
     b_.rms_norm_rows(q_residual, &w.q_norm, cfg_.rms_norm_eps);
     Tensor q = b_.linear(q_residual, w.wq_b);
     b_.head_rms_norm(q, hd, cfg_.rms_norm_eps);
     b_.rope(q, hd, rope, step, false);
-    Tensor kv = b_.linear(x, w.wkv);
+    Tensor& kv = of_x[1];
     b_.rms_norm_rows(kv, &w.kv_norm, cfg_.rms_norm_eps);
     b_.rope(kv, hd, rope, step, false);
 
-    if (w.compressor)
-      b_.compress(*w.compressor, b_.linear(x, w.compressor->wkv), b_.linear(x, w.compressor->wgate), step, layer,
-                  CompressorSlot::Attention, rope_compress_, cfg_.rms_norm_eps);
+    size_t next = 2;
+    if (w.compressor) {
+      b_.compress(*w.compressor, of_x[next], of_x[next + 1], step, layer, CompressorSlot::Attention, rope_compress_,
+                  cfg_.rms_norm_eps);
+      next += 2;
+    }
     typename B::Picks picks{};
     if (w.indexer) {
       // Lightning Indexer (paper §2.3.1 eqs. 13–17): its own compressor, then per-query scores and top-k.
       const IndexerWeights& iw = *w.indexer;
-      b_.compress(iw.compressor, b_.linear(x, iw.compressor.wkv), b_.linear(x, iw.compressor.wgate), step, layer,
-                  CompressorSlot::Indexer, rope_compress_, cfg_.rms_norm_eps);
+      b_.compress(iw.compressor, of_x[next], of_x[next + 1], step, layer, CompressorSlot::Indexer, rope_compress_,
+                  cfg_.rms_norm_eps);
       Tensor iq = b_.linear(q_residual, iw.wq_b);
       b_.rope(iq, cfg_.index_head_dim, rope_compress_, step, false);
-      picks = b_.indexer_topk(iq, b_.linear(x, iw.weights_proj), step, layer, cfg_);
+      picks = b_.indexer_topk(iq, of_x[next + 2], step, layer, cfg_);
     }
     const AttentionKeys keys = w.indexer ? AttentionKeys::WindowAndPicked
                                : w.compressor ? AttentionKeys::WindowAndAllEntries
