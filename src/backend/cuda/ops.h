@@ -29,7 +29,7 @@ void sparse_attention(const float* q, const float* const* keys, const int32_t* k
                       const float* sinks, float* out, int64_t rows, int64_t heads, int64_t head_dim, float scale,
                       cudaStream_t stream);
 
-// The same on tensor cores (attention_mma.cu): q, keys and probabilities rounded to bf16, fp32 accumulation and
+// The same on tensor cores (attention_mma.cu): q, keys and probabilities rounded to fp16, fp32 accumulation and
 // softmax; for prefill-sized steps of the bf16 and fp8 precisions. head_dim one of attention_mma_supported's.
 bool attention_mma_supported(int64_t head_dim);
 void sparse_attention_mma(const float* q, const float* const* keys, const int32_t* key_count, int64_t max_keys,
