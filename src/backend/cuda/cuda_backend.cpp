@@ -668,10 +668,18 @@ CudaBackend::Mix CudaBackend::hc_pre(const HyperConnectionWeights& w, const Tens
   const int64_t hc = cfg.hc_mult, d = cfg.hidden_size;
   collapsed = tensor(streams.rows, d);
   Mix m{scratch_.alloc<float>(streams.rows * (hc + hc * hc)), hc};
+  // Above decode sizes the mixes fn · streams are one fp32 GEMM (true fp32, as the slice kernel's sums).
+  const int64_t n = (2 + hc) * hc;
+  float* mixes = nullptr;
+  if (streams.rows > kGemvMaxRows) {
+    mixes = scratch_.alloc<float>(streams.rows * n);
+    gemm_.run(GemmType::Fp32, streams.data, hc * d, weights_.vec(w.fn), hc * d, mixes, n, streams.rows, n, hc * d,
+              stream_);
+  }
   cuda::hc_pre(streams.data, weights_.vec(w.fn), weights_.vec(w.base), weights_.vec(w.scale), collapsed.data, m.data,
                streams.rows, hc, d, static_cast<float>(cfg.rms_norm_eps), static_cast<float>(cfg.hc_eps),
-               cfg.hc_sinkhorn_iters, scratch_.alloc<float>(mix_partial_floats(streams.rows, (2 + hc) * hc, hc * d)),
-               stream_);
+               cfg.hc_sinkhorn_iters, scratch_.alloc<float>(mix_partial_floats(streams.rows, n, hc * d)), stream_,
+               mixes);
   return m;
 }
 

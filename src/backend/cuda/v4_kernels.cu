@@ -88,6 +88,20 @@ __global__ void mix_partials_kernel(const float* streams, const int32_t* rows, c
   }
 }
 
+// The same one-slice layout from products already made (a GEMM over many rows): partial[r, 0, 0] = Σx² of row r,
+// partial[r, 0, 1 + i] = mixes[r, i].
+__global__ void mix_from_products_kernel(const float* streams, const float* mixes, int64_t width, int64_t n,
+                                         float* partial) {
+  const int64_t r = blockIdx.x;
+  const float* x = streams + r * width;
+  float ss = 0.0f;
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) ss += x[c] * x[c];
+  ss = block_sum(ss);
+  float* out = partial + r * (1 + n);
+  if (threadIdx.x == 0) out[0] = ss;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) out[1 + i] = mixes[r * n + i];
+}
+
 // mix[i] = fn[i] · rmsnorm(x) of row r from its slices, by one warp (lanes over the n + 1 sums, each adding its
 // slices in order: all loads in flight at once), into shared `mix` (n values); __syncwarp after.
 __device__ void warp_mixes(const float* partial, int64_t r, int64_t splits, int64_t n, int64_t width, float eps,
@@ -578,14 +592,18 @@ int64_t mix_partial_floats(int64_t rows, int64_t n, int64_t width) { return rows
 
 void hc_pre(const float* streams, const float* fn, const float* base, const float* scale, float* collapsed,
             float* mix_out, int64_t rows, int64_t hc, int64_t d, float norm_eps, float hc_eps, int64_t sinkhorn_iters,
-            float* partial, cudaStream_t stream) {
+            float* partial, cudaStream_t stream, const float* mixes) {
   if (rows == 0) return;
   if (hc > 8) fail("hc_pre: hc_mult ", hc, " above the CUDA backend's limit of 8");
-  const int64_t n = (2 + hc) * hc, splits = mix_splits(hc * d);
+  const int64_t n = (2 + hc) * hc, splits = mixes ? 1 : mix_splits(hc * d);
   float* pre = partial + rows * splits * (1 + n);
-  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((n + kMixGroup - 1) / kMixGroup),
-                  static_cast<unsigned>(splits));
-  mix_partials_kernel<<<grid, kThreads, 0, stream>>>(streams, nullptr, fn, hc * d, n, partial);
+  if (mixes) {
+    mix_from_products_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(streams, mixes, hc * d, n, partial);
+  } else {
+    const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((n + kMixGroup - 1) / kMixGroup),
+                    static_cast<unsigned>(splits));
+    mix_partials_kernel<<<grid, kThreads, 0, stream>>>(streams, nullptr, fn, hc * d, n, partial);
+  }
   STRATA_CUDA_CHECK_LAUNCH();
   hc_pre_kernel<<<static_cast<unsigned>(rows), 32, 0, stream>>>(partial, splits, base, scale, mix_out, pre, hc, d,
                                                                 norm_eps, hc_eps, sinkhorn_iters);
