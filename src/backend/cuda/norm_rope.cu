@@ -49,7 +49,26 @@ __global__ void rope_kernel(float* x, int64_t rows, int64_t heads, int64_t head_
   p[1] = b * c + a * s;
 }
 
+// cos/sin[r, i] of row r's position: the host's RopeTable::cos_sin (fp32 angle, cos and sin in double, times the
+// scaling in fp32), for a step's rows at once.
+__global__ void rope_cos_sin_kernel(const int32_t* position, int64_t rows, const float* inv_freq, int64_t half,
+                                    float scaling, float* cos_out, float* sin_out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * half) return;
+  const float angle = inv_freq[i % half] * static_cast<float>(position[i / half]);
+  cos_out[i] = static_cast<float>(cos(static_cast<double>(angle))) * scaling;
+  sin_out[i] = static_cast<float>(sin(static_cast<double>(angle))) * scaling;
+}
+
 }  // namespace
+
+void rope_cos_sin(const int32_t* position, int64_t rows, const float* inv_freq, int64_t half, float scaling,
+                  float* cos, float* sin, cudaStream_t stream) {
+  if (rows * half == 0) return;
+  rope_cos_sin_kernel<<<static_cast<unsigned>((rows * half + 255) / 256), 256, 0, stream>>>(position, rows, inv_freq,
+                                                                                          half, scaling, cos, sin);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
 
 void rms_norm(const float* x, const float* weight, float* y, int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
   if (rows == 0) return;

@@ -18,6 +18,9 @@ void rms_norm(const float* x, const float* weight, float* y, int64_t rows, int64
 
 // Interleaved RoPE on the slice [offset, offset + 2·half) of each of `heads` vectors of length `head_stride` in
 // every row: pairs rotate by the row's angles cos/sin[row, half]. `inverse` rotates backwards.
+// cos/sin [rows, half] for each row's position (as model::v4::RopeTable::cos_sin on the host).
+void rope_cos_sin(const int32_t* position, int64_t rows, const float* inv_freq, int64_t half, float scaling,
+                  float* cos, float* sin, cudaStream_t stream);
 void rope_interleaved(float* x, int64_t rows, int64_t heads, int64_t head_stride, int64_t offset, int64_t half,
                       const float* cos, const float* sin, bool inverse, cudaStream_t stream);
 
