@@ -78,6 +78,10 @@ void compress(const CompressorStep& c, const StepLayout& rows, const int32_t* wo
 void indexer_topk(const float* q, const float* head_w, const EntryTable& entries, const StepLayout& rows,
                   int64_t rate, int64_t heads, int64_t head_dim, int64_t topk, int64_t max_visible, float* scratch,
                   int32_t* picks, int32_t* pick_count, cudaStream_t stream);
+// The selection alone (indexer_topk's second step, and what ops_check times): the top-k of each row's visible
+// scores, already in `scores` [rows, max_visible]. topk < 4096.
+void indexer_select(const float* scores, const StepLayout& rows, int64_t rate, int64_t max_visible, int64_t topk,
+                    int32_t* picks, int32_t* pick_count, cudaStream_t stream);
 
 // Each row's key pointers for sparse_attention: its window (this step's kv rows, older ones from the ring at
 // ring[c] + ring_offset), then entries (all closed ones, or the picked ones).
