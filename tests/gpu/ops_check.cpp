@@ -19,6 +19,7 @@
 #include "backend/cuda/moe_mma.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/sampling.h"
+#include "backend/cuda/v4_kernels.h"
 #include "core/dtype.h"
 #include "engine/sampler.h"
 
@@ -292,6 +293,119 @@ void check_moe_mma(int64_t rows, int64_t k, int64_t experts, int64_t hidden, int
            std::to_string(rows) + " rows top-" + std::to_string(k) + "/" + std::to_string(experts) + "+1 " +
                std::to_string(hidden) + "x" + std::to_string(inter),
            rel_error(run(shape), ref), 1e-3);
+}
+
+// --- Lightning Indexer top-k --------------------------------------------------------------------------------------
+// A step's rows for the selection alone: row r sees entries [0, visible_r) with visible_r = min((position + 1) /
+// rate, (pos0 + count) / rate) of its chunk, as the kernels compute it, and scores [rows, max_visible] where the
+// columns past a row's visible entries hold NaN (never read).
+struct IndexerRows {
+  std::vector<int32_t> position, chunk, first, pos0, count;
+  std::vector<int64_t> visible;
+  int64_t rate = 4;
+  void add_chunk(int32_t start, int32_t n) {  // n rows at positions start .. start + n - 1, one chunk
+    const auto c = static_cast<int32_t>(pos0.size());
+    first.push_back(static_cast<int32_t>(position.size())), pos0.push_back(start), count.push_back(n);
+    for (int32_t i = 0; i < n; ++i) {
+      position.push_back(start + i), chunk.push_back(c);
+      visible.push_back(std::min<int64_t>((start + i + 1) / rate, (start + n) / rate));
+    }
+  }
+};
+
+// Score kinds: 0 continuous, 1 five values (ties across the threshold), 2 mostly ±0.0 and ±1e-30 (equal keys of
+// both signs of zero) with continuous values among them.
+float indexer_score(int kind) {
+  std::uniform_int_distribution<int> pick(0, 6);
+  if (kind == 1) {
+    const float values[] = {-1.5f, 0.25f, 2.0f, 3.0f, 7.5f};
+    return values[pick(rng) % 5];
+  }
+  if (kind == 2 && pick(rng) < 5) {
+    const float values[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 0.5f};
+    return values[pick(rng) % 5];
+  }
+  return std::normal_distribution<float>(0.0f, 3.0f)(rng);
+}
+
+// indexer_select against std::sort by (score desc, index asc) with -0.0 == 0.0: every row's picks in order and
+// its count, exactly; the picks past the count left as they were. Counts the rows that differ (limit 0).
+void check_indexer_select(const IndexerRows& L, int64_t topk, int kind, const std::string& name) {
+  const auto rows = static_cast<int64_t>(L.visible.size());
+  const int64_t max_visible = std::max<int64_t>(1, *std::max_element(L.visible.begin(), L.visible.end()));
+  std::vector<float> scores(static_cast<size_t>(rows * max_visible), NAN);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t e = 0; e < L.visible[static_cast<size_t>(r)]; ++e)
+      scores[static_cast<size_t>(r * max_visible + e)] = indexer_score(kind);
+  DeviceBuffer<float> ds(scores);
+  DeviceBuffer<int32_t> dpos(L.position), dchunk(L.chunk), dfirst(L.first), dpos0(L.pos0), dcount(L.count);
+  const strata::cuda::StepLayout layout{dpos.data(), dchunk.data(), dfirst.data(), dpos0.data(), dcount.data(), rows,
+                                        static_cast<int64_t>(L.pos0.size())};
+  DeviceBuffer<int32_t> picks(static_cast<size_t>(rows * topk)), count(static_cast<size_t>(rows));
+  picks.fill_bytes(0x7f), count.fill_bytes(0x7f);
+  strata::cuda::indexer_select(ds.data(), layout, L.rate, max_visible, topk, picks.data(), count.data(), nullptr);
+  const std::vector<int32_t> got = picks.download(), got_count = count.download();
+  int64_t wrong = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = scores.data() + r * max_visible;
+    std::vector<int32_t> order(static_cast<size_t>(L.visible[static_cast<size_t>(r)]));
+    for (size_t e = 0; e < order.size(); ++e) order[e] = static_cast<int32_t>(e);
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); });
+    const int64_t k = std::min<int64_t>(topk, static_cast<int64_t>(order.size()));
+    bool same = got_count[static_cast<size_t>(r)] == k;
+    for (int64_t i = 0; i < topk; ++i)
+      same = same && got[static_cast<size_t>(r * topk + i)] == (i < k ? order[static_cast<size_t>(i)] : 0x7f7f7f7f);
+    wrong += !same;
+  }
+  const char* kinds[] = {"continuous", "ties", "+-0"};
+  report("indexer_select", name + " top-" + std::to_string(topk) + " " + kinds[kind], static_cast<double>(wrong), 0);
+}
+
+void check_indexer_select_all() {
+  for (const int64_t topk : {512, 64})
+    for (int kind = 0; kind < 3; ++kind) {
+      for (const int64_t visible : {0, 1, 5, 511, 512, 513, 1000, 1024, 4095, 4096, 4097, 8192, 20000}) {
+        IndexerRows L;
+        for (int r = 0; r < 3; ++r) L.add_chunk(static_cast<int32_t>(visible * L.rate + r), 1);  // visible each
+        check_indexer_select(L, topk, kind, "3x" + std::to_string(visible));
+      }
+      // A prefill step: chunks of many rows whose visible entries grow row by row (and stop at the chunk's end).
+      IndexerRows L;
+      L.add_chunk(1990, 300);
+      L.add_chunk(0, 70);
+      L.add_chunk(16370, 40);
+      check_indexer_select(L, topk, kind, "prefill 410 rows");
+    }
+}
+
+// Time of the selection for `rows` rows of `visible` entries each, top-512 (CUDA events, median of 20).
+void time_indexer_select(int64_t visible, int64_t rows) {
+  IndexerRows L;
+  for (int64_t r = 0; r < rows; ++r) L.add_chunk(static_cast<int32_t>(visible * L.rate), 1);
+  DeviceBuffer<float> ds(randn(static_cast<size_t>(rows * visible), 3.0f));
+  DeviceBuffer<int32_t> dpos(L.position), dchunk(L.chunk), dfirst(L.first), dpos0(L.pos0), dcount(L.count);
+  const strata::cuda::StepLayout layout{dpos.data(), dchunk.data(), dfirst.data(), dpos0.data(), dcount.data(), rows,
+                                        rows};
+  const int64_t topk = 512;
+  DeviceBuffer<int32_t> picks(static_cast<size_t>(rows * topk)), count(static_cast<size_t>(rows));
+  cudaEvent_t start, stop;
+  STRATA_CUDA_CHECK(cudaEventCreate(&start));
+  STRATA_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int rep = 0; rep < 21; ++rep) {
+    STRATA_CUDA_CHECK(cudaEventRecord(start));
+    strata::cuda::indexer_select(ds.data(), layout, L.rate, visible, topk, picks.data(), count.data(), nullptr);
+    STRATA_CUDA_CHECK(cudaEventRecord(stop));
+    STRATA_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    STRATA_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    if (rep > 0) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  std::printf("%-18s %-34s %.1f us (timing, no bar)\n", "indexer_select",
+              (std::to_string(rows) + " rows x " + std::to_string(visible) + " top-512").c_str(), 1000 * ms[ms.size() / 2]);
+  STRATA_CUDA_CHECK(cudaEventDestroy(start));
+  STRATA_CUDA_CHECK(cudaEventDestroy(stop));
 }
 
 // --- FP8 ---------------------------------------------------------------------------------------------------------
@@ -786,6 +900,9 @@ int main() {
       check_moe_gemm(3, 6, 16, 512, 128, fp8);
       check_moe_gemm(700, 6, 64, 128, 256, fp8);
     }
+    check_indexer_select_all();
+    for (const int64_t visible : {1024, 8192, 65536})
+      for (const int64_t rows : {1, 64}) time_indexer_select(visible, rows);
     check_sample_rows(129280, 6);
     check_sample_rows(1000, 4);
     check_sample_rows_on_host(129280);
