@@ -8,13 +8,15 @@
 // Timing: median of 25 launches after warm-up, each its own cudaEvent pair, each on the next of enough copies of the
 // weights (≥ 256 MB in all, five times the L2) that none is still cached. (Flushing by writing a buffer instead leaves
 // the L2 full of dirty lines whose write-back the timed kernel would pay for.)
-// Usage: strata_gpu_gemv_bench [OUT.json]   (JSON to stdout when no path is given; exit status 1 if a check fails)
+// Usage: strata_gpu_gemv_bench [OUT.json [COMMIT]]   (JSON to stdout when no path is given; exit status 1 if a
+// check fails)
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <random>
 #include <string>
@@ -280,7 +282,18 @@ int main(int argc, char** argv) {
     for (const int64_t m : {1, 3, 5, 8}) pass = check_fp32(m, 1000, 2048, rng) && check_fp32(m, 4096, 1024, rng) && pass;
     std::FILE* out = argc > 1 ? std::fopen(argv[1], "w") : stdout;
     if (!out) strata::fail("gemv_bench: cannot write ", argv[1]);
-    std::fprintf(out, "[\n");
+    cudaDeviceProp prop{};
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) prop.name[0] = 0;
+    char date[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    std::fprintf(out,
+                 "{\"benchmark\": \"cuda_gemv\", \"device\": {\"gpu\": \"%s\"}, \"date\": \"%s\", \"commit\": \"%s\",\n"
+                 " \"config\": {\"timing\": \"median of 25 launches, each between its own events (~8 us of fixed cost per "
+                 "launch included); weights rotated through copies of >= 256 MB so every launch reads them from DRAM\", "
+                 "\"old\": \"gemv_legacy\", \"new\": \"gemv / gemv_many\"},\n \"cases\": [\n",
+                 prop.name, date, argc > 2 ? argv[2] : "unknown");
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       const bool ok = r.error <= kBound && r.rows_identical;
@@ -293,7 +306,7 @@ int main(int argc, char** argv) {
                    r.bytes / r.new_us / 1e6, r.error, r.rows_identical ? "true" : "false", ok ? "true" : "false",
                    i + 1 < results.size() ? "," : "");
     }
-    std::fprintf(out, "]\n");
+    std::fprintf(out, "]}\n");
     if (out != stdout) std::fclose(out);
     std::printf("%s\n", pass ? "all checks PASS" : "some checks FAIL");
     return pass ? 0 : 1;
