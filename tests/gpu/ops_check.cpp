@@ -96,19 +96,25 @@ void check_attention(int64_t rows, int64_t heads, int64_t hd, int64_t pool, int6
     for (int32_t j = 0; j < count[r]; ++j) index[static_cast<size_t>(r * max_keys + j)] = pick(rng);
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<float> ref(q.size(), 0.0f);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t h = 0; h < heads; ++h) {
-      const float* qh = q.data() + (r * heads + h) * hd;
-      std::vector<float> p(static_cast<size_t>(count[r] + 1));
-      for (int32_t j = 0; j < count[r]; ++j)
-        p[j] = strata::cpu::dot(qh, keys.data() + index[static_cast<size_t>(r * max_keys + j)] * hd, hd) * scale;
-      p[static_cast<size_t>(count[r])] = sinks[static_cast<size_t>(h)];
-      strata::cpu::softmax(p.data(), count[r] + 1);
-      for (int32_t j = 0; j < count[r]; ++j)
-        for (int64_t c = 0; c < hd; ++c)
-          ref[static_cast<size_t>((r * heads + h) * hd + c)] += p[j] * keys[static_cast<size_t>(index[static_cast<size_t>(r * max_keys + j)] * hd + c)];
-    }
+  // The CPU's attention of these rows over given q and key values (the inputs, or copies rounded as a kernel does).
+  auto reference = [&](const std::vector<float>& qv, const std::vector<float>& kv) {
+    std::vector<float> out(qv.size(), 0.0f);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* qh = qv.data() + (r * heads + h) * hd;
+        std::vector<float> p(static_cast<size_t>(count[r] + 1));
+        for (int32_t j = 0; j < count[r]; ++j)
+          p[j] = strata::cpu::dot(qh, kv.data() + index[static_cast<size_t>(r * max_keys + j)] * hd, hd) * scale;
+        p[static_cast<size_t>(count[r])] = sinks[static_cast<size_t>(h)];
+        strata::cpu::softmax(p.data(), count[r] + 1);
+        for (int32_t j = 0; j < count[r]; ++j)
+          for (int64_t c = 0; c < hd; ++c)
+            out[static_cast<size_t>((r * heads + h) * hd + c)] +=
+                p[j] * kv[static_cast<size_t>(index[static_cast<size_t>(r * max_keys + j)] * hd + c)];
+      }
+    return out;
+  };
+  const std::vector<float> ref = reference(q, keys);
   DeviceBuffer<float> dq(q), dk(keys), ds(sinks), dout(q.size());
   std::vector<const float*> pointers(index.size());
   for (size_t i = 0; i < index.size(); ++i) pointers[i] = dk.data() + static_cast<int64_t>(index[i]) * hd;
@@ -134,21 +140,7 @@ void check_attention(int64_t rows, int64_t heads, int64_t hd, int64_t pool, int6
     for (float& x : v) x = static_cast<float>(static_cast<_Float16>(x));
     return v;
   };
-  const std::vector<float> qh16 = rounded(q), kh16 = rounded(keys);
-  std::vector<float> ref_f16(q.size(), 0.0f);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t h = 0; h < heads; ++h) {
-      const float* qh = qh16.data() + (r * heads + h) * hd;
-      std::vector<float> p(static_cast<size_t>(count[r] + 1));
-      for (int32_t j = 0; j < count[r]; ++j)
-        p[j] = strata::cpu::dot(qh, kh16.data() + index[static_cast<size_t>(r * max_keys + j)] * hd, hd) * scale;
-      p[static_cast<size_t>(count[r])] = sinks[static_cast<size_t>(h)];
-      strata::cpu::softmax(p.data(), count[r] + 1);
-      for (int32_t j = 0; j < count[r]; ++j)
-        for (int64_t c = 0; c < hd; ++c)
-          ref_f16[static_cast<size_t>((r * heads + h) * hd + c)] +=
-              p[j] * kh16[static_cast<size_t>(index[static_cast<size_t>(r * max_keys + j)] * hd + c)];
-    }
+  const std::vector<float> ref_f16 = reference(rounded(q), rounded(keys));
   dout.fill_bytes(0xff);
   strata::cuda::sparse_attention_mma(dq.data(), dp.data(), dc.data(), max_keys, ds.data(), dout.data(), rows, heads,
                                      hd, scale, nullptr);
