@@ -303,12 +303,9 @@ void CudaBackend::begin_step(const Step& step) {
     bases[static_cast<size_t>(c)] = static_cast<float*>(s.device_state.get());
   }
   const size_t at_state = pack.add(bases);
-  // The rows whose logits the step computes (Forward::run asks hyper_head for the same list).
-  wanted_.clear();
-  for (int64_t c = 0; c < chunks; ++c)
-    for (int64_t i = (*step.chunks)[static_cast<size_t>(c)].all_logits ? 0 : r.count[c] - 1; i < r.count[c]; ++i)
-      wanted_.push_back(r.first[c] + i);
-  const size_t at_wanted = pack.add(std::vector<int32_t>(wanted_.begin(), wanted_.end()));
+  // The rows whose logits the step computes (Forward::run asks hyper_head for them).
+  wanted_ = &r.logits_rows;
+  const size_t at_wanted = pack.add(std::vector<int32_t>(r.logits_rows.begin(), r.logits_rows.end()));
 
   // Entry pages: every compressor gets the pages its new entries need now (a pool reserved them before the step),
   // and its page list goes to the device, padded to a bound. Windows that close this step, per rate, padded to the
@@ -410,7 +407,7 @@ void CudaBackend::begin_recording(bool observed) {
   for (const RopeTable* table : ropes_) {
     const auto& [cos, sin] = rope_rows_.at(table);
     rope_cos_sin(rows_.position, rows_.rows, weights_.vec(table->inv_freq), table->half(), table->attention_scaling,
-                 const_cast<float*>(cos), const_cast<float*>(sin), stream_);
+                 cos, sin, stream_);
   }
 }
 
@@ -694,7 +691,7 @@ CudaBackend::Tensor CudaBackend::hyper_head(const ModelWeights& w, const Tensor&
   Tensor y = tensor(static_cast<int64_t>(rows.size()), d);
   // begin_step uploaded the rows a step asks for; another list (no caller today) goes up here, unrecorded.
   const int32_t* index = wanted_device_;
-  if (rows != wanted_) {
+  if (rows != *wanted_) {
     not_recordable("hyper_head rows");
     index = upload(std::vector<int32_t>(rows.begin(), rows.end()));
   }

@@ -234,7 +234,7 @@ class CudaBackend {
   std::map<int64_t, std::pair<const int32_t*, int64_t>> work_;  // rate → (chunk, window) pairs closing this step
   std::map<int64_t, int64_t> closed_max_;                        // rate → most entries any chunk has after the step
   std::vector<EntryTable> tables_;                               // [layer · 2 + slot]
-  std::map<const model::v4::RopeTable*, std::pair<const float*, const float*>> rope_rows_;
+  std::map<const model::v4::RopeTable*, std::pair<float*, float*>> rope_rows_;  // cos, sin [rows, half]
   // (x, operand type) → ((m, k), its operand), this layer
   std::map<std::pair<const float*, GemmType>, std::pair<std::pair<int64_t, int64_t>, Operand>> converted_;
   // -1: counted on the device (routed_active_), read at end_step; -2: the same, the shared expert among them
@@ -242,7 +242,7 @@ class CudaBackend {
   int32_t* routed_active_ = nullptr;     // [layers] the grouped path's active-expert counts, this step
   HostStaging* staging_ = nullptr;       // pinned memory for what goes home (the runner's, kept between steps)
   HostStaging* upload_staging_ = nullptr;
-  std::vector<int64_t> wanted_;          // the rows whose logits this step computes, and their device copy
+  const std::vector<int64_t>* wanted_ = nullptr;  // the step's logits rows (StepRows), and their device copy
   const int32_t* wanted_device_ = nullptr;
   StepGraphs* graphs_ = nullptr;
   StepGraphs::Entry* graph_ = nullptr;   // this decode step's shape, or null

@@ -23,10 +23,4 @@ StepGraphs::Entry& StepGraphs::entry(const std::vector<int64_t>& shape) {
   return entries_[shape];
 }
 
-int64_t StepGraphs::recorded() const {
-  int64_t n = 0;
-  for (const auto& [shape, e] : entries_) n += e.exec != nullptr;
-  return n;
-}
-
 }  // namespace strata::cuda

@@ -27,7 +27,6 @@ class StepGraphs {
   StepGraphs& operator=(const StepGraphs&) = delete;
 
   bool enabled() const { return enabled_; }
-  void set_enabled(bool on) { enabled_ = on; }
 
   struct Entry {
     int64_t runs = 0;         // eager runs and captures so far
@@ -41,7 +40,6 @@ class StepGraphs {
   // The entry of a step shape (made on first sight). Shapes beyond kMaxEntries drop every recording first: a
   // serving process sees a bounded set of batch sizes, and a runaway set should cost memory only once.
   Entry& entry(const std::vector<int64_t>& shape);
-  int64_t recorded() const;
   int64_t replays() const { return replays_; }
   void count_replay() { ++replays_; }
 

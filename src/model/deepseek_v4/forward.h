@@ -61,13 +61,7 @@ class Forward {
 
       // HyperHead: a last learned collapse of the streams, then the final norm and the vocabulary head — only for
       // the rows whose logits were asked for.
-      std::vector<int64_t> wanted;
-      for (size_t c = 0; c < chunks.size(); ++c) {
-        const int64_t count = static_cast<int64_t>(chunks[c].tokens.size());
-        for (int64_t i = chunks[c].all_logits ? 0 : count - 1; i < count; ++i)
-          wanted.push_back(step.rows.first[c] + i);
-      }
-      Tensor y = b_.hyper_head(w_, streams, wanted, cfg_);
+      Tensor y = b_.hyper_head(w_, streams, step.rows.logits_rows, cfg_);
       b_.rms_norm_rows(y, &w_.norm, cfg_.rms_norm_eps);
       logits = b_.linear(y, w_.head);
       b_.end_recording(logits);

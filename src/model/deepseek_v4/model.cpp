@@ -71,6 +71,8 @@ StepRows make_step_rows(const ModelConfig& cfg, const std::vector<SequenceChunk>
       rows.position.push_back(ch.state->num_tokens + static_cast<int64_t>(i));
       rows.sequence.push_back(static_cast<int64_t>(c));
     }
+    for (int64_t i = ch.all_logits ? 0 : rows.count.back() - 1; i < rows.count.back(); ++i)
+      rows.logits_rows.push_back(rows.first.back() + i);
     rows.tokens.insert(rows.tokens.end(), ch.tokens.begin(), ch.tokens.end());
   }
   return rows;

@@ -42,6 +42,7 @@ struct StepRows {
   std::vector<int64_t> first;     // first row of each chunk
   std::vector<int64_t> pos0;      // position of each chunk's first row
   std::vector<int64_t> count;     // rows of each chunk
+  std::vector<int64_t> logits_rows;  // the rows whose logits the step computes: each chunk's last, or all its rows
 
   int64_t rows() const { return static_cast<int64_t>(tokens.size()); }
   int64_t chunks() const { return static_cast<int64_t>(first.size()); }
