@@ -53,6 +53,28 @@ void report(const std::string& op, const std::string& shape, double err, double 
   std::printf("%-18s %-34s %10.2e %9.0e  %s\n", op.c_str(), shape.c_str(), err, limit, ok ? "PASS" : "FAIL");
 }
 
+// Milliseconds `run` takes on the GPU, the median of `reps` runs after one warm-up (CUDA events around each).
+template <typename Run>
+float median_ms(int reps, const Run& run) {
+  cudaEvent_t start, stop;
+  STRATA_CUDA_CHECK(cudaEventCreate(&start));
+  STRATA_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int rep = 0; rep <= reps; ++rep) {
+    STRATA_CUDA_CHECK(cudaEventRecord(start));
+    run();
+    STRATA_CUDA_CHECK(cudaEventRecord(stop));
+    STRATA_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    STRATA_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    if (rep > 0) ms.push_back(t);
+  }
+  STRATA_CUDA_CHECK(cudaEventDestroy(start));
+  STRATA_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
 void check_rms_norm(int64_t rows, int64_t cols, bool weighted) {
   const auto x = randn(static_cast<size_t>(rows * cols), 3.0f), w = randn(static_cast<size_t>(cols));
   strata::Mat ref(rows, cols);
@@ -380,24 +402,11 @@ void time_indexer_select(int64_t visible, int64_t rows) {
                                         rows};
   const int64_t topk = 512;
   DeviceBuffer<int32_t> picks(static_cast<size_t>(rows * topk)), count(static_cast<size_t>(rows));
-  cudaEvent_t start, stop;
-  STRATA_CUDA_CHECK(cudaEventCreate(&start));
-  STRATA_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int rep = 0; rep < 21; ++rep) {
-    STRATA_CUDA_CHECK(cudaEventRecord(start));
+  const float ms = median_ms(20, [&] {
     strata::cuda::indexer_select(ds.data(), layout, L.rate, visible, topk, picks.data(), count.data(), nullptr);
-    STRATA_CUDA_CHECK(cudaEventRecord(stop));
-    STRATA_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    STRATA_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    if (rep > 0) ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
+  });
   std::printf("%-18s %-34s %.1f us (timing, no bar)\n", "indexer_select",
-              (std::to_string(rows) + " rows x " + std::to_string(visible) + " top-512").c_str(), 1000 * ms[ms.size() / 2]);
-  STRATA_CUDA_CHECK(cudaEventDestroy(start));
-  STRATA_CUDA_CHECK(cudaEventDestroy(stop));
+              (std::to_string(rows) + " rows x " + std::to_string(visible) + " top-512").c_str(), 1000 * ms);
 }
 
 // --- FP8 ---------------------------------------------------------------------------------------------------------
@@ -815,28 +824,13 @@ void time_sample_rows(int64_t vocab) {
     int32_t top_k;
   } sets[] = {{"temperature only", 1.0, 0.0, 0}, {"top_k 20", 1.0, 0.0, 20}, {"top_p 0.9", 0.9, 0.0, 0},
               {"top_k 1000 top_p 0.9 min_p", 0.9, 0.02, 1000}};
-  cudaEvent_t start, stop;
-  STRATA_CUDA_CHECK(cudaEventCreate(&start));
-  STRATA_CUDA_CHECK(cudaEventCreate(&stop));
   for (const auto& set : sets) {
     std::vector<RowPick> picks;
     for (int r = 0; r < rows; ++r) picks.push_back({1.0, set.top_p, set.min_p, (r + 0.5) / rows, set.top_k, r});
     DeviceBuffer<RowPick> dp(picks);
-    std::vector<float> ms;
-    for (int rep = 0; rep < 6; ++rep) {
-      STRATA_CUDA_CHECK(cudaEventRecord(start));
-      strata::cuda::sample_rows(dx.data(), vocab, dp.data(), rows, dout.data(), nullptr);
-      STRATA_CUDA_CHECK(cudaEventRecord(stop));
-      STRATA_CUDA_CHECK(cudaEventSynchronize(stop));
-      float t = 0;
-      STRATA_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-      if (rep > 0) ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    std::printf("%-18s %-34s %.3f ms for %d rows (timing, no bar)\n", "sample_rows", set.name, ms[ms.size() / 2], rows);
+    const float ms = median_ms(5, [&] { strata::cuda::sample_rows(dx.data(), vocab, dp.data(), rows, dout.data(), nullptr); });
+    std::printf("%-18s %-34s %.3f ms for %d rows (timing, no bar)\n", "sample_rows", set.name, ms, rows);
   }
-  STRATA_CUDA_CHECK(cudaEventDestroy(start));
-  STRATA_CUDA_CHECK(cudaEventDestroy(stop));
 }
 
 }  // namespace
