@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "backend/cpu/sampling.h"
 #include "core/error.h"
 #include "model/deepseek_v4/model.h"
 #include "model/deepseek_v4/presets.h"
@@ -149,44 +150,63 @@ TEST_F(ChunkingTest, BatchedSequencesMatchSoloRunsBitForBit) {
   }
 }
 
-// A chunk that asks only for the greedy pick gets the first maximum of the logits it would otherwise get (what the
-// sampler picks at temperature 0), beside chunks that get their logits, and no logits of its own.
-TEST_F(ChunkingTest, ArgmaxOnlyChunksGetTheFirstMaximumOfTheirLogits) {
+// The sampling stage where the logits are (model/logits_stage.h): greedy and random picks give what the CPU
+// reference ops give on the logits a chunk would otherwise take home, penalties change a row before its pick, raw
+// rows come home unprocessed beside picked ones, and a row without a request costs nothing to bring home.
+TEST_F(ChunkingTest, SamplingStagePicksWhatTheReferenceOpsPickOnTheSameLogits) {
   const Model m = model::v4::load_model(dir_);
-  std::vector<SequenceState> solo(3), batched(3);
-  for (int q = 0; q < 3; ++q) solo[q] = m.new_sequence(), batched[q] = m.new_sequence();
+  std::vector<SequenceState> solo(4), batched(4);
+  for (int q = 0; q < 4; ++q) solo[q] = m.new_sequence(), batched[q] = m.new_sequence();
   for (int step = 0; step < 4; ++step) {
     std::vector<model::v4::SequenceChunk> chunks;
     std::vector<Mat> expected;
-    for (int q = 0; q < 3; ++q) {
+    for (int q = 0; q < 4; ++q) {
       std::vector<int32_t> toks(step == 0 ? 9 + q * 60 : 1);
       for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 37 + q * 101 + step * 7 + 3) % 512);
       expected.push_back(m.forward(toks, solo[q], false));
-      model::v4::SequenceChunk ch{toks, &batched[q], false};
-      ch.argmax_only = q != 1;
-      chunks.push_back(ch);
+      chunks.push_back({toks, &batched[q], false});
     }
-    const std::vector<Mat> got = m.forward_batch(chunks);
-    for (int q = 0; q < 3; ++q) {
-      const float* row = expected[q].row(0);
-      const auto want = static_cast<int32_t>(std::max_element(row, row + expected[q].cols) - row);
-      if (q == 1) {
-        ASSERT_EQ(0, std::memcmp(got[q].v.data(), row, got[q].v.size() * 4)) << "step " << step;
-        continue;
-      }
-      EXPECT_TRUE(got[q].v.empty());
-      EXPECT_EQ(chunks[q].argmax, want) << "sequence " << q << " step " << step;
+    // Row 0: greedy; row 1: raw home, nothing else; row 2: penalised and sampled, its raw row home too; row 3: none.
+    model::LogitsStage stage;
+    stage.rows.push_back({0, false, {}, model::TokenPick{}});
+    stage.rows.push_back({1, true, {}, std::nullopt});
+    model::RowPenalties pen;
+    pen.repetition = 1.3f;
+    pen.seen = {1, 5, 77, 300};
+    pen.subtract = {{5, 0.75f}, {9, -2.0f}};
+    const model::TokenPick draw{0.8, 40, 0.9, 0.02, 0.37 + 0.1 * step};
+    stage.rows.push_back({2, true, pen, draw});
+    const model::StepLogits got = m.run_step(chunks, stage);
+    ASSERT_EQ(got.picks.size(), 3u);
+    ASSERT_EQ(got.raw.rows, 2);
+    const float* r0 = expected[0].row(0);
+    EXPECT_EQ(got.picks[0], static_cast<int32_t>(std::max_element(r0, r0 + expected[0].cols) - r0)) << "step " << step;
+    EXPECT_EQ(got.picks[1], -1);
+    EXPECT_EQ(0, std::memcmp(got.raw.row(0), expected[1].row(0), expected[1].v.size() * 4)) << "step " << step;
+    EXPECT_EQ(0, std::memcmp(got.raw.row(1), expected[2].row(0), expected[2].v.size() * 4)) << "step " << step;
+    std::vector<float> work = expected[2].v;
+    cpu::apply_penalties(work, pen);
+    EXPECT_EQ(got.picks[2], cpu::pick_token(work, draw)) << "step " << step;
+  }
+}
+
+TEST_F(ChunkingTest, SamplingStageRejectsMalformedRequests) {
+  const Model m = model::v4::load_model(dir_);
+  auto expect_error = [&](const model::LogitsStage& stage, const std::string& what) {
+    SequenceState st = m.new_sequence();
+    std::vector<model::v4::SequenceChunk> chunks{{{1, 2}, &st, false}};
+    try {
+      m.run_step(chunks, stage);
+      FAIL() << "expected an error about " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
-  }
-  SequenceState st = m.new_sequence();
-  std::vector<model::v4::SequenceChunk> both{{{1, 2}, &st, true}};
-  both[0].argmax_only = true;
-  try {
-    m.forward_batch(both);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("only the argmax"), std::string::npos) << e.what();
-  }
+  };
+  expect_error({{{1, true, {}, std::nullopt}}}, "outside the step's 1 rows");
+  expect_error({{{0, false, {}, model::TokenPick{0.7, 0, 1.0, 0.0, 1.0}}}}, "with draw 1");
+  model::RowPenalties bad;
+  bad.subtract = {{512, 1.0f}};
+  expect_error({{{0, false, bad, model::TokenPick{}}}}, "token id 512");
 }
 
 TEST_F(ChunkingTest, RejectsTokensOutsideTheVocabulary) {

@@ -126,7 +126,10 @@ TEST(Fp8Head, CpuModelLogitsAreBitIdenticalToRowByRowDequantization) {
     chunks[0].state = &state;
     chunks[0].all_logits = all_logits;
     cpu::CpuBackend backend;
-    return model::v4::Forward<cpu::CpuBackend>(cfg, stored, rope_main, rope_compress, backend).run(chunks, {})[0];
+    const int64_t rows = all_logits ? static_cast<int64_t>(tokens.size()) : 1;
+    return model::v4::Forward<cpu::CpuBackend>(cfg, stored, rope_main, rope_compress, backend)
+        .run(chunks, model::v4::all_rows_home(rows), {})
+        .raw;
   };
 
   auto fast_state = model.new_sequence(), reference_state = model.new_sequence();

@@ -258,9 +258,11 @@ nlohmann::json batched_decode(const model::v4::Model& m, int64_t context, int64_
       for (int64_t b = 0; b < batch; ++b) {
         model::v4::SequenceState* s = pool.acquire();
         if (!m.copy_state(source, *s)) fail("bench: no room to fork ", batch, " sequences of ", context, " tokens");
-        // Greedy decode as the engine runs it: the pick is made where the logits are, only ids come home.
-        chunks.push_back({{static_cast<int32_t>((b * 104729 + 1) % vocab)}, s, false, true});
+        chunks.push_back({{static_cast<int32_t>((b * 104729 + 1) % vocab)}, s, false});
       }
+      // Greedy decode as the engine runs it: the pick is made where the logits are, only ids come home.
+      model::LogitsStage greedy;
+      for (int64_t b = 0; b < batch; ++b) greedy.rows.push_back({b, false, {}, model::TokenPick{}});
       std::vector<double> step_s;
       FloorSum floor;
       // The first two steps are warm-ups: on a GPU the first runs a new shape eagerly, the second records it (CUDA
@@ -270,7 +272,7 @@ nlohmann::json batched_decode(const model::v4::Model& m, int64_t context, int64_
         for (auto& ch : chunks)
           if (!pool.reserve(*ch.state, 1)) fail("bench: the pool ran out of pages");
         const auto t0 = clock::now();
-        const std::vector<Mat> out = m.forward_batch(chunks);
+        m.run_step(chunks, greedy);
         const double dt = seconds_since(t0);
         if (i >= kWarmups) {
           step_s.push_back(dt);

@@ -23,11 +23,9 @@
 #ifdef STRATA_WITH_SERVER
 #include "cli/offline_batch.h"
 #include "cli/offline_progress.h"
-#include "engine/engine.h"
-#include "model/deepseek_v4/state_pool.h"
 #endif
 #include "core/error.h"
-#include "engine/sampler.h"
+#include "engine/engine.h"
 #include "model/deepseek_v4/model.h"
 #include "model/safetensors.h"
 #include "text/chat_encoding.h"
@@ -317,48 +315,54 @@ int generate_command(const std::vector<std::string>& argv) {
     if (id >= vocab)
       fail("option --", input.option, ": token id ", id, " is outside the model's vocabulary [0, ", vocab, ")");
   const bool dump = args.has("dump-logits");
-  model::v4::SequenceState state =
-      m.new_sequence(nullptr, static_cast<int64_t>(prompt.size()) + std::max<int64_t>(sampling.max_tokens, 1));
+  // The prompt runs in the step that picks the first token: without one, nothing runs and there is nothing to dump.
+  if ((dump || args.has("dump-hidden")) && sampling.max_tokens < 1)
+    fail("options --dump-logits and --dump-hidden need --max-tokens ≥ 1 (the prompt runs with the first token's step)");
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  sampling.seed = static_cast<uint64_t>(seed);
+  sampling.ignore_eos = args.has("ignore-eos");
+  sampling.capture_logits = dump;
+
+  // The same engine as the server, sized for this one sequence: its prompt in chunks of --chunk tokens (all at once
+  // by default), then one token a step.
+  engine::EngineConfig ec;
+  const int64_t total = n_prompt + std::max<int64_t>(sampling.max_tokens, 1);
+  ec.max_model_len = total;
+  ec.scheduler.max_num_seqs = 1;
+  ec.scheduler.max_num_batched_tokens = chunk > 0 ? chunk : std::max<int64_t>(n_prompt, 1);
+  ec.pool.max_sequences = 1;
+  ec.pool.entry_pages = std::max<int64_t>(1, m.pages_for_tokens(total, ec.pool.page_floats));
+  std::vector<std::vector<float>> hidden(static_cast<size_t>(m.config().num_hidden_layers));
+  int64_t hidden_rows = 0;  // rows of the steps observed so far; the first n_prompt are the prompt's
+  if (args.has("dump-hidden"))
+    ec.observe = [&](int64_t layer, const Mat& streams) {
+      const int64_t take = std::clamp<int64_t>(n_prompt - hidden_rows, 0, streams.rows);
+      hidden[layer].insert(hidden[layer].end(), streams.v.begin(), streams.v.begin() + take * streams.cols);
+      if (layer + 1 == m.config().num_hidden_layers) hidden_rows += streams.rows;
+    };
+  engine::Engine engine(m, ec);
 
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
-  std::vector<float> prompt_logits;
-  Mat last;
-  const int64_t n_prompt = static_cast<int64_t>(prompt.size()), step = chunk > 0 ? chunk : n_prompt;
-  std::vector<std::vector<float>> hidden(static_cast<size_t>(m.config().num_hidden_layers));
-  const auto keep_hidden = [&](int64_t layer, const Mat& streams) {
-    hidden[layer].insert(hidden[layer].end(), streams.v.begin(), streams.v.end());
-  };
-  for (int64_t at = 0; at < n_prompt; at += step) {
-    const std::vector<int32_t> part(prompt.begin() + at, prompt.begin() + std::min(n_prompt, at + step));
-    last = args.has("dump-hidden") ? m.forward(part, state, dump, keep_hidden) : m.forward(part, state, dump);
-    if (dump) prompt_logits.insert(prompt_logits.end(), last.v.begin(), last.v.end());
-  }
-  const auto t1 = clock::now();
-
+  std::optional<clock::time_point> t1;  // the first token: the prompt is in
   std::vector<int32_t> generated;
-  std::vector<float> gen_logits;
-  const float* logits = last.row(last.rows - 1);
-  const auto& eos = m.config().eos_token_ids;
-  engine::TokenHistory history;
-  history.add_prompt(prompt);
-  for (int64_t i = 0; i < sampling.max_tokens; ++i) {
-    const int32_t token =
-        engine::sample_token({logits, static_cast<size_t>(vocab)}, sampling, history, static_cast<uint64_t>(seed),
-                             static_cast<uint64_t>(i)).id;
-    history.add_output(token);
-    generated.push_back(token);
-    if (dump) gen_logits.insert(gen_logits.end(), logits, logits + vocab);
-    const bool is_eos = std::find(eos.begin(), eos.end(), token) != eos.end();
-    if (i + 1 == sampling.max_tokens || (is_eos && !args.has("ignore-eos"))) break;
-    last = m.forward({token}, state, false);
-    logits = last.row(0);
-  }
+  std::vector<float> prompt_logits, gen_logits;
+  engine.add_request("generate", prompt, sampling);
+  do {
+    for (engine::TokenEvent& e : engine.step()) {
+      if (!e.token) continue;
+      if (!t1) t1 = clock::now();
+      generated.push_back(*e.token);
+      if (!e.prompt_logits.empty()) prompt_logits = std::move(e.prompt_logits);
+      gen_logits.insert(gen_logits.end(), e.logits.begin(), e.logits.end());
+    }
+  } while (engine.has_unfinished());
   const auto t2 = clock::now();
+  if (!t1) t1 = t2;
 
   print_output(input, generated);
-  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
-  const double decode_s = std::chrono::duration<double>(t2 - t1).count();
+  const double prefill_s = std::chrono::duration<double>(*t1 - t0).count();
+  const double decode_s = std::chrono::duration<double>(t2 - *t1).count();
   const double decode_steps = static_cast<double>(generated.size() > 0 ? generated.size() - 1 : 0);
   std::fprintf(stderr, "prefill: %lld tokens in %.3f s (%.1f tokens/s); decode: %zu tokens in %.3f s (%.1f tokens/s)\n",
                static_cast<long long>(n_prompt), prefill_s, n_prompt / prefill_s, generated.size(), decode_s,

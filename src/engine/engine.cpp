@@ -9,7 +9,11 @@
 namespace strata::engine {
 
 Engine::Engine(const model::v4::Model& model, EngineConfig config)
-    : model_(model), cfg_(config), pool_(model, config.pool), scheduler_(config.scheduler, pool_) {
+    : model_(model),
+      cfg_(config),
+      pool_(model, config.pool),
+      scheduler_(config.scheduler, pool_),
+      runner_(model, pool_, config.observe) {
   if (cfg_.max_model_len < 1) fail("max_model_len must be ≥ 1, got ", cfg_.max_model_len);
 }
 
@@ -70,7 +74,7 @@ bool Engine::abort(const std::string& request_id) {
 }
 
 void Engine::finish(Sequence& seq, FinishReason reason, std::vector<TokenEvent>& events, bool with_token) {
-  if (!with_token) events.push_back({seq.request_id, seq.index, std::nullopt, 0, {}, true, reason});
+  if (!with_token) events.push_back({seq.request_id, seq.index, std::nullopt, 0, {}, true, reason, {}, {}});
   else {
     events.back().finished = true;
     events.back().reason = reason;
@@ -88,53 +92,53 @@ std::vector<TokenEvent> Engine::step() {
   StepPlan plan = scheduler_.plan_step();
   if (plan.empty()) return events;
 
-  std::vector<model::v4::SequenceChunk> chunks;
-  chunks.reserve(plan.chunks.size());
-  for (const ScheduledChunk& c : plan.chunks) {
-    model::v4::SequenceChunk mc;
-    for (int64_t i = c.start; i < c.start + c.count; ++i) mc.tokens.push_back(c.seq->token_at(i));
-    mc.state = c.seq->state;
-    // A greedy pick that needs neither logprobs nor the history's penalties is the logits' argmax: the backend
-    // takes it where the logits are (on a GPU only the id comes home).
-    const SamplingParams& p = c.seq->params;
-    mc.argmax_only = c.samples && p.greedy() && !p.logprobs && !p.uses_history();
-    // So is a random pick without them: the engine computes the draw (the same number sample_token would use) and
-    // the backend picks with it where the logits are (model::v4::PickParams).
-    mc.sample_only = c.samples && !p.greedy() && !p.logprobs && !p.uses_history();
-    if (mc.sample_only)
-      mc.pick = {p.temperature, p.top_k, p.top_p, p.min_p,
-                 counter_uniform(c.seq->seed, static_cast<uint64_t>(c.seq->output.size()))};
-    chunks.push_back(std::move(mc));
-    if (c.start < static_cast<int64_t>(c.seq->prompt.size()))
-      totals_.prompt_tokens += std::min<int64_t>(c.count, static_cast<int64_t>(c.seq->prompt.size()) - c.start);
+  for (ScheduledSpan& span : plan.spans) {
+    const Sequence& s = *sequences_.at(span.sequence_id);
+    const auto prompt_len = static_cast<int64_t>(s.prompt.size());
+    if (span.start < prompt_len) totals_.prompt_tokens += std::min(span.end(), prompt_len) - span.start;
+    if (!span.samples) continue;
+    // The draw is a function of (seed, output position) alone, so a preempted and resumed sequence, or one batched
+    // differently, picks the same token.
+    span.sampling = SpanSampling{s.params.uses_history() ? penalties_of(s.params, s.history) : model::RowPenalties{},
+                                 pick_of(s.params, s.seed, static_cast<uint64_t>(s.output.size())), s.params.logprobs};
   }
   const auto model_start = std::chrono::steady_clock::now();
-  const std::vector<Mat> logits = model_.forward_batch(chunks);
+  StepOutput out = runner_.execute(plan);
   totals_.model_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - model_start).count();
   scheduler_.commit(plan);
   ++totals_.steps;
 
   const auto& eos = model_.config().eos_token_ids;
-  for (size_t i = 0; i < plan.chunks.size(); ++i) {
-    const ScheduledChunk& c = plan.chunks[i];
-    if (!c.samples) continue;
-    Sequence& s = *c.seq;
-    const int64_t vocab = model_.config().vocab_size;
-    SampledToken t;
-    if (chunks[i].argmax_only)
-      t.id = chunks[i].argmax;
-    else if (chunks[i].sample_only)
-      t.id = chunks[i].sampled;
-    else
-      t = sample_token({logits[i].row(0), static_cast<size_t>(vocab)}, s.params, s.history, s.seed,
-                       static_cast<uint64_t>(s.output.size()));
-    s.output.push_back(t.id);
-    s.history.add_output(t.id);
+  const int64_t vocab = model_.config().vocab_size;
+  for (size_t i = 0; i < plan.spans.size(); ++i) {
+    const ScheduledSpan& span = plan.spans[i];
+    SpanOutput& o = out.spans[i];
+    Sequence& s = *sequences_.at(span.sequence_id);
+    if (span.all_logits) {
+      // Rows of prompt positions not captured before (a preempted sequence recomputes them) join the prompt's
+      // capture; rows of positions past the prompt were handed out with their tokens already.
+      const auto prompt_len = static_cast<int64_t>(s.prompt.size());
+      for (int64_t pos = std::max(span.start, s.captured_rows); pos < std::min(span.end(), prompt_len); ++pos) {
+        const auto row = o.logits.begin() + (pos - span.start) * vocab;
+        s.prompt_logits.insert(s.prompt_logits.end(), row, row + vocab);
+        s.captured_rows = pos + 1;
+      }
+    }
+    if (!span.samples) continue;
+    const int32_t token = o.tokens.at(0);
+    const bool first = s.output.empty();
+    s.output.push_back(token);
+    s.history.add_output(token);
     ++totals_.generated_tokens;
-    events.push_back({s.request_id, s.index, t.id, t.logprob, t.top, false, FinishReason::None});
-    const bool stop_id = std::find(s.params.stop_token_ids.begin(), s.params.stop_token_ids.end(), t.id) !=
+    TokenEvent e{s.request_id, s.index, token, o.logprob, std::move(o.top_logprobs), false, FinishReason::None, {}, {}};
+    if (span.all_logits) {
+      e.logits.assign(o.logits.end() - vocab, o.logits.end());
+      if (first) e.prompt_logits = std::move(s.prompt_logits);
+    }
+    events.push_back(std::move(e));
+    const bool stop_id = std::find(s.params.stop_token_ids.begin(), s.params.stop_token_ids.end(), token) !=
                          s.params.stop_token_ids.end();
-    const bool eos_id = !s.params.ignore_eos && std::find(eos.begin(), eos.end(), t.id) != eos.end();
+    const bool eos_id = !s.params.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end();
     if (stop_id || eos_id)
       finish(s, FinishReason::Stop, events, true);
     else if (static_cast<int64_t>(s.output.size()) >= s.params.max_tokens || s.num_tokens() >= cfg_.max_model_len)

@@ -1,6 +1,7 @@
 #pragma once
-// The serving engine: requests in, one token event per sampled token out. Each step the scheduler plans a batch,
-// the model runs it as one forward_batch, and the sampler picks tokens for sequences that reached their end.
+// The serving engine: requests in, one token event per sampled token out. Each step the scheduler plans a batch
+// (engine/step_plan.h), the engine adds each sampling span's settings, and the model runner runs it as one forward
+// step with its sampling stage (engine/model_runner.h). The server and `strata generate` both drive this loop.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model_runner.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "model/deepseek_v4/model.h"
@@ -19,6 +21,8 @@ struct EngineConfig {
   SchedulerConfig scheduler;
   model::v4::StatePoolLimits pool;
   int64_t max_model_len = 8192;  // prompt + generated tokens per sequence
+  // Debugging parity (strata generate --dump-hidden): sees every step's residual streams after every layer.
+  model::v4::LayerObserver observe;
 };
 
 struct TokenEvent {
@@ -29,13 +33,16 @@ struct TokenEvent {
   std::vector<std::pair<int32_t, float>> top_logprobs;
   bool finished = false;
   FinishReason reason = FinishReason::None;
+  // With SamplingParams::capture_logits: the raw logits `token` was picked from, and on a sequence's first event
+  // those of every prompt position ([prompt, vocab] row-major).
+  std::vector<float> logits, prompt_logits;
 };
 
 struct EngineStats {
   int64_t running = 0, waiting = 0, used_slots = 0, used_pages = 0, total_pages = 0, preemptions = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
-  // Wall time in step() and, of it, in the model's forward_batch: the rest is the engine's own cost (planning,
-  // batch assembly, sampling, events).
+  // Wall time in step() and, of it, in the model runner (forward and sampling stage): the rest is the engine's own
+  // cost (planning, sampling settings, events).
   double step_seconds = 0, model_seconds = 0;
 };
 
@@ -63,6 +70,7 @@ class Engine {
   EngineConfig cfg_;
   model::v4::StatePool pool_;
   Scheduler scheduler_;
+  ModelRunner runner_;
   std::map<uint64_t, std::unique_ptr<Sequence>> sequences_;  // unfinished, by id
   std::vector<TokenEvent> pending_events_;                   // produced outside step() (aborts, max_tokens 0)
   uint64_t next_id_ = 0;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
-#include "model/deepseek_v4/pick.h"
+#include "model/logits_stage.h"
 
 namespace strata::engine {
 
@@ -40,15 +40,19 @@ struct SampledToken {
 // A uniform number in [0, 1) that depends only on (seed, counter): the request's seed and its output position.
 double counter_uniform(uint64_t seed, uint64_t counter);
 
-// Chooses the next token from `logits` (one row, the vocabulary). `step` is the index of the token being
-// generated within its sequence; it selects the random draw. Logprobs are those of the unmodified logits, as
-// vLLM reports them by default.
+// The logit processors and the pick a sequence's next token gets (model/logits_stage.h), from its parameters, its
+// token history and its draw (counter_uniform(seed, step); none when greedy). The model runner hands these to the
+// backend, which applies them where the logits are.
+model::RowPenalties penalties_of(const SamplingParams& params, const TokenHistory& history);
+model::TokenPick pick_of(const SamplingParams& params, uint64_t seed, uint64_t step);
+
+// The chosen token's logprob and the `top_n` most likely alternatives, from the raw (unprocessed) logits.
+void add_logprobs(std::span<const float> raw_logits, int64_t top_n, SampledToken& token);
+
+// The whole host path at once: penalties, pick and logprobs on one row. `step` is the index of the token being
+// generated within its sequence; it selects the random draw. Logprobs are those of the unmodified logits, as vLLM
+// reports them by default. The same token as the backends' sampling stage for the same row.
 SampledToken sample_token(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history,
                           uint64_t seed, uint64_t step);
-
-// sample_token without penalties or logprobs, given the draw's uniform number (counter_uniform(seed, step)) instead
-// of (seed, step): the pick a backend makes where the logits are (SequenceChunk::sample_only). The same token as
-// sample_token for the same logits, parameters and draw.
-int32_t pick_token(std::span<const float> logits, const model::v4::PickParams& params);
 
 }  // namespace strata::engine

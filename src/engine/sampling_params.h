@@ -22,6 +22,9 @@ struct SamplingParams {
   bool ignore_eos = false;
   std::optional<int64_t> logprobs;  // return the sampled token's logprob and this many top alternatives
   int64_t n = 1;                    // completions per request
+  // Not part of the HTTP API: every raw logits row of the sequence comes back with its tokens (the prompt's with
+  // the first token event, then each picked token's own row), for `strata generate --dump-logits`.
+  bool capture_logits = false;
 
   // Throws strata::Error naming the first invalid parameter, e.g. "top_p: expected a number in (0, 1], found 0".
   void validate(int64_t vocab_size) const;

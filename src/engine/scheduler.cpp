@@ -16,12 +16,6 @@ const char* to_string(FinishReason r) {
   return "none";
 }
 
-int64_t StepPlan::num_tokens() const {
-  int64_t n = 0;
-  for (const ScheduledChunk& c : chunks) n += c.count;
-  return n;
-}
-
 Scheduler::Scheduler(SchedulerConfig config, model::v4::StatePool& pool) : cfg_(config), pool_(pool) {
   if (cfg_.max_num_seqs < 1) fail("max_num_seqs must be ≥ 1, got ", cfg_.max_num_seqs);
   if (cfg_.max_num_batched_tokens < 1) fail("max_num_batched_tokens must be ≥ 1, got ", cfg_.max_num_batched_tokens);
@@ -30,34 +24,44 @@ Scheduler::Scheduler(SchedulerConfig config, model::v4::StatePool& pool) : cfg_(
 void Scheduler::add(Sequence* seq) {
   seq->status = SequenceStatus::Waiting;
   waiting_.push_back(seq);
+  known_[seq->id] = seq;
 }
 
 void Scheduler::remove(Sequence* seq) {
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
   running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
-  if (seq->state) {
-    pool_.release(seq->state);
-    seq->state = nullptr;
+  known_.erase(seq->id);
+  if (seq->slot >= 0) {
+    pool_.release_slot(seq->slot);
+    seq->slot = -1;
   }
 }
 
 void Scheduler::preempt(Sequence* victim, StepPlan& plan) {
   running_.erase(std::remove(running_.begin(), running_.end(), victim), running_.end());
-  pool_.release(victim->state);
-  victim->state = nullptr;
+  pool_.release_slot(victim->slot);
+  victim->slot = -1;
   victim->num_computed = 0;
   victim->status = SequenceStatus::Waiting;
   ++victim->preemptions;
   ++preemptions_;
   waiting_.push_front(victim);
-  plan.preempted.push_back(victim);
+  plan.preempted.push_back(victim->id);
 }
 
 StepPlan Scheduler::plan_step() {
   StepPlan plan;
   int64_t budget = cfg_.max_num_batched_tokens;
   auto schedule = [&](Sequence* s, int64_t count) {
-    plan.chunks.push_back({s, s->num_computed, count, s->num_computed + count == s->num_tokens()});
+    ScheduledSpan span;
+    span.sequence_id = s->id;
+    span.slot = s->slot;
+    span.start = s->num_computed;
+    span.tokens.reserve(static_cast<size_t>(count));
+    for (int64_t i = span.start; i < span.start + count; ++i) span.tokens.push_back(s->token_at(i));
+    span.samples = span.end() == s->num_tokens();
+    span.all_logits = s->params.capture_logits;
+    plan.spans.push_back(std::move(span));
     budget -= count;
   };
 
@@ -66,7 +70,7 @@ StepPlan Scheduler::plan_step() {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* s = running_[i];
     const int64_t count = std::min(s->num_uncomputed(), budget);
-    if (pool_.reserve(*s->state, count)) {
+    if (pool_.reserve(pool_.slot(s->slot), count)) {
       schedule(s, count);
       ++i;
       continue;
@@ -78,17 +82,17 @@ StepPlan Scheduler::plan_step() {
   }
 
   // New (or preempted) sequences in arrival order, while slots, pages and budget last.
-  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(plan.chunks.size()) < cfg_.max_num_seqs) {
+  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(plan.spans.size()) < cfg_.max_num_seqs) {
     Sequence* s = waiting_.front();
-    model::v4::SequenceState* state = pool_.acquire();
-    if (!state) break;
+    const std::optional<int32_t> slot = pool_.acquire_slot();
+    if (!slot) break;
     const int64_t count = std::min(s->num_uncomputed(), budget);
-    if (!pool_.reserve(*state, count)) {
-      pool_.release(state);
+    if (!pool_.reserve(pool_.slot(*slot), count)) {
+      pool_.release_slot(*slot);
       break;  // strict arrival order: later arrivals wait too
     }
     waiting_.pop_front();
-    s->state = state;
+    s->slot = *slot;
     s->status = SequenceStatus::Running;
     running_.push_back(s);
     schedule(s, count);
@@ -96,8 +100,14 @@ StepPlan Scheduler::plan_step() {
   return plan;
 }
 
+Sequence& Scheduler::known(uint64_t id) const {
+  const auto it = known_.find(id);
+  if (it == known_.end()) fail("scheduler: sequence ", id, " is neither waiting nor running");
+  return *it->second;
+}
+
 void Scheduler::commit(const StepPlan& plan) {
-  for (const ScheduledChunk& c : plan.chunks) c.seq->num_computed += c.count;
+  for (const ScheduledSpan& s : plan.spans) known(s.sequence_id).num_computed += static_cast<int64_t>(s.tokens.size());
 }
 
 }  // namespace strata::engine

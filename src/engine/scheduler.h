@@ -5,9 +5,11 @@
 // from its tokens later (V4 state is a pure function of the tokens, so the result is identical).
 #include <cstdint>
 #include <deque>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/sequence.h"
+#include "engine/step_plan.h"
 #include "model/deepseek_v4/state_pool.h"
 
 namespace strata::engine {
@@ -17,27 +19,14 @@ struct SchedulerConfig {
   int64_t max_num_batched_tokens = 2048;  // tokens in one step (the prefill chunk budget)
 };
 
-// The plain-data answer of plan_step: what the model runner executes.
-struct ScheduledChunk {
-  Sequence* seq = nullptr;
-  int64_t start = 0;     // first token index (== seq->num_computed when planned)
-  int64_t count = 0;     // tokens to run
-  bool samples = false;  // the chunk reaches the end of the known tokens: sample the next one
-};
-
-struct StepPlan {
-  std::vector<ScheduledChunk> chunks;
-  std::vector<Sequence*> preempted;  // freed this step; back at the front of the waiting queue
-  int64_t num_tokens() const;
-  bool empty() const { return chunks.empty(); }
-};
-
 class Scheduler {
  public:
   Scheduler(SchedulerConfig config, model::v4::StatePool& pool);
 
   void add(Sequence* seq);       // to the back of the waiting queue
   void remove(Sequence* seq);    // finished or aborted: frees its state, wherever it is
+  // Which spans run next (engine/step_plan.h: plain data, sequences by id, states by slot). Sampling settings are
+  // left for the engine to fill in.
   StepPlan plan_step();
   void commit(const StepPlan& plan);  // after the step ran: advance num_computed
 
@@ -47,11 +36,13 @@ class Scheduler {
 
  private:
   void preempt(Sequence* victim, StepPlan& plan);
+  Sequence& known(uint64_t id) const;
 
   SchedulerConfig cfg_;
   model::v4::StatePool& pool_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order
+  std::unordered_map<uint64_t, Sequence*> known_;  // waiting or running, by id
   int64_t preemptions_ = 0;
 };
 

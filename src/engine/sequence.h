@@ -7,7 +7,6 @@
 
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
-#include "model/deepseek_v4/state.h"
 
 namespace strata::engine {
 
@@ -26,10 +25,14 @@ struct Sequence {
 
   SequenceStatus status = SequenceStatus::Waiting;
   FinishReason finish = FinishReason::None;
-  model::v4::SequenceState* state = nullptr;  // held from the StatePool while running
-  int64_t num_computed = 0;                  // tokens already folded into `state`
+  int32_t slot = -1;          // its state's slot in the StatePool while running, else -1
+  int64_t num_computed = 0;   // tokens already folded into that state
   int64_t preemptions = 0;
   std::chrono::steady_clock::time_point arrival;
+  // A logits capture (SamplingParams::capture_logits): the raw logits of every prompt position, gathered as the
+  // prompt's spans run (so far `captured_rows` rows), handed over with the first token.
+  std::vector<float> prompt_logits;
+  int64_t captured_rows = 0;
 
   int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }
   int32_t token_at(int64_t i) const {

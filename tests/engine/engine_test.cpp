@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 
 #include "core/error.h"
@@ -198,6 +199,101 @@ TEST_F(EngineTest, BadRequestsAreNamed) {
     ADD_FAILURE() << "expected a state-memory error";
   } catch (const Error& err) {
     EXPECT_NE(std::string(err.what()).find("state pool"), std::string::npos) << err.what();
+  }
+}
+
+// Penalties and logprobs go through the runner's sampling stage (penalties applied where the logits are, logprobs
+// from the raw row brought home): tokens and logprobs are those of the host sampler on the solo logits.
+TEST_F(EngineTest, PenaltiesAndLogprobsThroughTheSamplingStageMatchTheHostSampler) {
+  Engine e(*model_, small_config(/*budget=*/40, /*pages=*/4096));
+  std::map<std::string, std::vector<int32_t>> expected;
+  std::map<std::string, std::vector<float>> expected_logprobs;
+  for (int q = 0; q < 4; ++q) {
+    SamplingParams p;
+    p.temperature = q == 0 ? 0.0 : 0.9;
+    p.repetition_penalty = q % 2 ? 1.4 : 1.0;
+    p.presence_penalty = q >= 2 ? 0.6 : 0.0;
+    p.frequency_penalty = q == 3 ? 0.3 : 0.0;
+    if (q == 0) p.repetition_penalty = 1.2;
+    p.logprobs = q;
+    p.seed = 40 + q;
+    p.max_tokens = 10;
+    p.ignore_eos = true;
+    const std::string id = "pen" + std::to_string(q);
+    e.add_request(id, prompt_of(q, 20 + 30 * q), p);
+    // The solo run, with the host sampler's logprobs.
+    auto st = model_->new_sequence();
+    Mat logits = model_->forward(prompt_of(q, 20 + 30 * q), st, false);
+    TokenHistory h;
+    h.add_prompt(prompt_of(q, 20 + 30 * q));
+    for (int64_t i = 0; i < p.max_tokens; ++i) {
+      const SampledToken t = sample_token({logits.row(0), 512}, p, h, *p.seed, static_cast<uint64_t>(i));
+      expected[id + "/0"].push_back(t.id);
+      expected_logprobs[id + "/0"].push_back(t.logprob);
+      h.add_output(t.id);
+      logits = model_->forward({t.id}, st, false);
+    }
+  }
+  std::map<std::string, std::vector<int32_t>> got;
+  std::map<std::string, std::vector<float>> got_logprobs;
+  while (e.has_unfinished())
+    for (const TokenEvent& ev : e.step()) {
+      if (!ev.token) continue;
+      const std::string key = ev.request_id + "/" + std::to_string(ev.index);
+      got[key].push_back(*ev.token);
+      got_logprobs[key].push_back(ev.logprob);
+      EXPECT_EQ(static_cast<int64_t>(ev.top_logprobs.size()), std::stoi(ev.request_id.substr(3))) << key;
+    }
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(got_logprobs, expected_logprobs);
+}
+
+// A logits capture (what `strata generate --dump-logits` asks): the first event carries the raw logits of every
+// prompt position and each event the row its token was picked from — the rows of a solo all-logits run, bit for
+// bit, whether the prompt ran in chunks and whether the sequence was preempted and recomputed on the way.
+TEST_F(EngineTest, LogitsCaptureGivesEveryPromptRowAndEachPickedRow) {
+  for (const bool crowded : {false, true}) {
+    Engine e(*model_, crowded ? small_config(/*budget=*/64, /*pages=*/40, /*seqs=*/4) : small_config(/*budget=*/48, /*pages=*/4096));
+    SamplingParams p;
+    p.temperature = 0.7;
+    p.seed = 5;
+    p.max_tokens = 24;
+    p.ignore_eos = true;
+    p.capture_logits = true;
+    const std::vector<int32_t> prompt = prompt_of(9, 150);
+    if (crowded) {  // older sequences that leave too few pages: the captured one, the newest, gets preempted
+      for (int q = 0; q < 3; ++q) {
+        SamplingParams o = p;
+        o.capture_logits = false;
+        e.add_request("o" + std::to_string(q), prompt_of(q, 150), o);
+      }
+    }
+    e.add_request("c", prompt, p);
+    std::vector<float> prompt_logits, gen_logits;
+    std::vector<int32_t> tokens;
+    while (e.has_unfinished())
+      for (TokenEvent& ev : e.step()) {
+        if (ev.request_id != "c" || !ev.token) continue;
+        if (tokens.empty()) prompt_logits = std::move(ev.prompt_logits);
+        EXPECT_TRUE(tokens.empty() || ev.prompt_logits.empty());
+        tokens.push_back(*ev.token);
+        gen_logits.insert(gen_logits.end(), ev.logits.begin(), ev.logits.end());
+      }
+    if (crowded) {
+      EXPECT_GT(e.stats().preemptions, 0);
+    }
+    auto st = model_->new_sequence();
+    const Mat want_prompt = model_->forward(prompt, st, true);
+    ASSERT_EQ(prompt_logits.size(), want_prompt.v.size()) << "crowded " << crowded;
+    EXPECT_EQ(0, std::memcmp(prompt_logits.data(), want_prompt.v.data(), want_prompt.v.size() * 4));
+    ASSERT_EQ(tokens.size(), 24u);
+    std::vector<float> want_gen(want_prompt.row(want_prompt.rows - 1), want_prompt.row(want_prompt.rows - 1) + 512);
+    for (size_t i = 0; i + 1 < tokens.size(); ++i) {
+      const Mat row = model_->forward({tokens[i]}, st, false);
+      want_gen.insert(want_gen.end(), row.v.begin(), row.v.end());
+    }
+    ASSERT_EQ(gen_logits.size(), want_gen.size());
+    EXPECT_EQ(0, std::memcmp(gen_logits.data(), want_gen.data(), want_gen.size() * 4)) << "crowded " << crowded;
   }
 }
 

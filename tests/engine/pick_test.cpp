@@ -1,6 +1,6 @@
-// Random picks made by the backend (SequenceChunk::sample_only, engine::pick_token): the same token as the engine's
-// sampler for the same logits, parameters and draw, on the CPU backend beside chunks that take their logits home;
-// and the sampler's own walk order, against a reference that sorts everything.
+// Random picks made by the backend's sampling stage (model::TokenPick, cpu::pick_token): the same token as the
+// engine's sampler for the same logits, parameters and draw, on the CPU backend beside chunks that take their
+// logits home; and the sampler's own walk order, against a reference that sorts everything.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,17 +9,14 @@
 #include <random>
 
 #include "core/error.h"
+#include "backend/cpu/sampling.h"
 #include "engine/sampler.h"
 #include "tiny_model.h"
 
 namespace strata::engine {
 namespace {
 
-using model::v4::PickParams;
-
-PickParams pick_of(const SamplingParams& p, uint64_t seed, uint64_t step) {
-  return {p.temperature, p.top_k, p.top_p, p.min_p, counter_uniform(seed, step)};
-}
+using cpu::pick_token;
 
 // The sampler's semantics written the slow, obvious way: sort the whole vocabulary most likely first (ties by id),
 // keep the top_k, then those with probability ≥ min_p, then the shortest prefix reaching top_p of their mass, and
@@ -96,9 +93,9 @@ TEST(Pick, SamplerMatchesTheSortEverythingReferenceAndPickToken) {
   EXPECT_LE(differ, 0) << differ << " of " << compared << " picks differ from the reference";
 }
 
-// A chunk asking for a random pick gets the token the sampler picks from the logits it would otherwise get, with
-// the draw of (seed, step), beside a chunk that takes its logits home and one that asks for the argmax.
-TEST(Pick, SampleOnlyChunksGetTheSamplersPick) {
+// A row asking for a random pick gets the token the sampler picks from the logits it would otherwise get, with
+// the draw of (seed, step), beside a row that takes its logits home.
+TEST(Pick, PickedRowsGetTheSamplersPick) {
   const auto m = test::tiny_model("pick", 3);
   const std::vector<SamplingParams> sets = parameter_sets();
   std::vector<model::v4::SequenceState> solo(3), batched(3);
@@ -108,50 +105,32 @@ TEST(Pick, SampleOnlyChunksGetTheSamplersPick) {
     std::vector<model::v4::SequenceChunk> chunks;
     std::vector<Mat> expected;
     std::vector<SamplingParams> params;
+    model::LogitsStage stage;
     for (int q = 0; q < 3; ++q) {
       std::vector<int32_t> toks(step == 0 ? 9 + q * 60 : 1);
       for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * 37 + q * 101 + step * 7 + 3) % 512);
       expected.push_back(m->forward(toks, solo[q], false));
-      model::v4::SequenceChunk ch{toks, &batched[q], false};
+      chunks.push_back({toks, &batched[q], false});
       params.push_back(sets[static_cast<size_t>(step * 3 + q) % sets.size()]);
-      if (q != 1) {
-        ch.sample_only = true;
-        ch.pick = pick_of(params.back(), 77 + static_cast<uint64_t>(q), static_cast<uint64_t>(step));
-      }
-      chunks.push_back(ch);
+      if (q == 1)
+        stage.rows.push_back({q, true, {}, std::nullopt});
+      else
+        stage.rows.push_back({q, false, {}, pick_of(params.back(), 77 + static_cast<uint64_t>(q), static_cast<uint64_t>(step))});
     }
-    const std::vector<Mat> got = m->forward_batch(chunks);
+    const model::StepLogits got = m->run_step(chunks, stage);
     for (int q = 0; q < 3; ++q) {
       if (q == 1) {
-        ASSERT_EQ(got[q].v, expected[q].v) << "step " << step;
+        ASSERT_EQ(got.raw.v, expected[q].v) << "step " << step;
+        EXPECT_EQ(got.picks[1], -1);
         continue;
       }
-      EXPECT_TRUE(got[q].v.empty());
       const int32_t want = sample_token({expected[q].row(0), static_cast<size_t>(expected[q].cols)}, params[q], {},
                                         77 + static_cast<uint64_t>(q), static_cast<uint64_t>(step)).id;
-      EXPECT_EQ(chunks[q].sampled, want) << "sequence " << q << " step " << step;
+      EXPECT_EQ(got.picks[static_cast<size_t>(q)], want) << "sequence " << q << " step " << step;
       ++checked;
     }
   }
   EXPECT_EQ(checked, 12);
-}
-
-TEST(Pick, SampleOnlyRefusesOtherRequestsOfTheSameChunk) {
-  const auto m = test::tiny_model("pick-refuse", 3);
-  for (int variant = 0; variant < 3; ++variant) {
-    auto st = m->new_sequence();
-    std::vector<model::v4::SequenceChunk> chunks{{{1, 2}, &st, variant == 0}};
-    chunks[0].sample_only = true;
-    chunks[0].argmax_only = variant == 1;
-    if (variant == 2) chunks[0].pick.temperature = 0;
-    try {
-      m->forward_batch(chunks);
-      ADD_FAILURE() << "variant " << variant << ": expected an error";
-    } catch (const Error& e) {
-      const std::string want = variant == 0 ? "all logits" : variant == 1 ? "only the argmax" : "temperature 0";
-      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
-    }
-  }
 }
 
 }  // namespace

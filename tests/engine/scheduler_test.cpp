@@ -21,14 +21,15 @@ class SchedulerTest : public ::testing::Test {
     return s;
   }
   // What the engine does with a plan: run it, advance, and give each sampling sequence one new token.
-  static void run(Scheduler& sch, const StepPlan& plan) {
+  static void run(Scheduler& sch, model::v4::StatePool& pool, const StepPlan& plan, std::vector<Sequence*> seqs) {
     std::vector<model::v4::SequenceChunk> chunks;
-    for (const ScheduledChunk& c : plan.chunks)
-      chunks.push_back({std::vector<int32_t>(static_cast<size_t>(c.count), 3), c.seq->state, false});
+    for (const ScheduledSpan& c : plan.spans) chunks.push_back({c.tokens, &pool.slot(c.slot), false});
     if (!chunks.empty()) model_->forward_batch(chunks);
     sch.commit(plan);
-    for (const ScheduledChunk& c : plan.chunks)
-      if (c.samples) c.seq->output.push_back(4);
+    for (const ScheduledSpan& c : plan.spans)
+      if (c.samples)
+        for (Sequence* s : seqs)
+          if (s->id == c.sequence_id) s->output.push_back(4);
   }
   static model::v4::Model* model_;
 };
@@ -41,24 +42,24 @@ TEST_F(SchedulerTest, ChunksPrefillsUnderTheBudgetAndPutsDecodesFirst) {
   sch.add(&a);
   sch.add(&b);
   StepPlan p1 = sch.plan_step();
-  ASSERT_EQ(p1.chunks.size(), 2u);
-  EXPECT_EQ(p1.chunks[0].count, 10);
-  EXPECT_TRUE(p1.chunks[0].samples);
-  EXPECT_EQ(p1.chunks[1].count, 22);  // the rest of the 32-token budget
-  EXPECT_FALSE(p1.chunks[1].samples);
-  run(sch, p1);
+  ASSERT_EQ(p1.spans.size(), 2u);
+  EXPECT_EQ(p1.spans[0].tokens.size(), 10u);
+  EXPECT_TRUE(p1.spans[0].samples);
+  EXPECT_EQ(p1.spans[1].tokens.size(), 22u);  // the rest of the 32-token budget
+  EXPECT_FALSE(p1.spans[1].samples);
+  run(sch, pool, p1, {&a, &b});
   StepPlan p2 = sch.plan_step();  // a decodes (1 token) first, b continues with 31
-  ASSERT_EQ(p2.chunks.size(), 2u);
-  EXPECT_EQ(p2.chunks[0].seq, &a);
-  EXPECT_EQ(p2.chunks[0].count, 1);
-  EXPECT_EQ(p2.chunks[1].count, 31);
+  ASSERT_EQ(p2.spans.size(), 2u);
+  EXPECT_EQ(p2.spans[0].sequence_id, a.id);
+  EXPECT_EQ(p2.spans[0].tokens.size(), 1u);
+  EXPECT_EQ(p2.spans[1].tokens.size(), 31u);
   EXPECT_EQ(p2.num_tokens(), 32);
-  run(sch, p2);
+  run(sch, pool, p2, {&a, &b});
   int64_t steps = 2;
   while (b.num_computed < 100) {
     const StepPlan p = sch.plan_step();
     EXPECT_LE(p.num_tokens(), 32);
-    run(sch, p);
+    run(sch, pool, p, {&a, &b});
     ++steps;
   }
   EXPECT_EQ(steps, 4);  // 22 + 31 + 31 + 16 = 100
@@ -70,11 +71,11 @@ TEST_F(SchedulerTest, RespectsSlotsAndSequenceLimit) {
   Sequence s[3] = {make(0, 5), make(1, 5), make(2, 5)};
   for (Sequence& q : s) sch.add(&q);
   const StepPlan p = sch.plan_step();
-  EXPECT_EQ(p.chunks.size(), 2u);  // only two state slots
+  EXPECT_EQ(p.spans.size(), 2u);  // only two state slots
   EXPECT_EQ(sch.num_waiting(), 1u);
-  run(sch, p);
+  run(sch, pool, p, {&s[0], &s[1], &s[2]});
   sch.remove(&s[0]);
-  EXPECT_EQ(sch.plan_step().chunks.size(), 2u);  // s[1] decodes, s[2] admitted
+  EXPECT_EQ(sch.plan_step().spans.size(), 2u);  // s[1] decodes, s[2] admitted
 }
 
 TEST_F(SchedulerTest, PreemptsTheNewestWhenPagesRunOut) {
@@ -88,20 +89,20 @@ TEST_F(SchedulerTest, PreemptsTheNewestWhenPagesRunOut) {
   sch.add(&a);
   sch.add(&b);
   StepPlan p = sch.plan_step();
-  ASSERT_EQ(p.chunks.size(), 2u);
+  ASSERT_EQ(p.spans.size(), 2u);
   EXPECT_EQ(pool.free_pages(), 0);
-  run(sch, p);
+  run(sch, pool, p, {&a, &b});
   // Decoding needs new pages soon; keep stepping until the pool is short and b (the newest) is preempted.
   bool preempted = false;
   for (int i = 0; i < 40 && !preempted; ++i) {
     p = sch.plan_step();
-    for (Sequence* v : p.preempted) {
-      EXPECT_EQ(v, &b);
-      EXPECT_EQ(v->num_computed, 0);
-      EXPECT_EQ(v->state, nullptr);
+    for (uint64_t v : p.preempted) {
+      EXPECT_EQ(v, b.id);
+      EXPECT_EQ(b.num_computed, 0);
+      EXPECT_EQ(b.slot, -1);
       preempted = true;
     }
-    run(sch, p);
+    run(sch, pool, p, {&a, &b});
   }
   EXPECT_TRUE(preempted);
   EXPECT_EQ(sch.total_preemptions(), 1);

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/sampling.h"
 #include "engine/sampler.h"
 #include "model/deepseek_v4/model.h"
 #include "model/deepseek_v4/state_pool.h"
@@ -161,8 +162,9 @@ void check_batch(const std::string& name, const Bar& bar, const Model& cpu, cons
   }
   std::vector<double> errors;
   std::vector<int32_t> next(lens.size());
-  // A fourth sequence twins the last one (same tokens) but asks only for the argmax, taken on the device: its pick
-  // must be a maximum of the twin's logits row (up to the rounding of an equal row elsewhere in the batch).
+  // A fourth sequence twins the last one (same tokens) but asks only for a penalised argmax, taken on the device:
+  // its pick must be a maximum of the twin's logits row after the same penalties on the host (up to the rounding
+  // of an equal row elsewhere in the batch).
   SequenceState* twin = pool.acquire();
   int64_t argmax_misses = 0;
   // A fifth twin asks only for a random pick (temperature, top-k, top-p, min-p by step), made on the device: it
@@ -187,35 +189,49 @@ void check_batch(const std::string& name, const Bar& bar, const Model& cpu, cons
       ++failures;
       return;
     }
-    chunks.push_back({chunks.back().tokens, twin, false, true});
+    chunks.push_back({chunks.back().tokens, twin, false});
     if (!pool.reserve(*sample_twin, static_cast<int64_t>(chunks.back().tokens.size()))) {
       std::printf("%-10s batch: the pool could not reserve pages\n", name.c_str());
       ++failures;
       return;
     }
-    SequenceChunk sampled{chunks.back().tokens, sample_twin, false};
-    sampled.sample_only = true;
-    sampled.pick = {step % 3 == 0 ? 0.7 : 1.2, step % 2 == 0 ? 0 : 20, step % 3 == 1 ? 1.0 : 0.9,
-                    step % 4 == 3 ? 0.05 : 0.0, engine::counter_uniform(1234, static_cast<uint64_t>(step))};
-    chunks.push_back(sampled);
-    const std::vector<Mat> out = gpu.forward_batch(chunks);
-    const Mat& twin_row = out[lens.size() - 1];
-    const float best = twin_row.row(0)[argmax(twin_row.row(0), vocab)];
-    const int32_t pick = chunks[lens.size()].argmax;
-    argmax_misses += pick < 0 || pick >= vocab || !out[lens.size()].v.empty() ||
-                     twin_row.row(0)[pick] < best - 1e-5f * std::fabs(best);
-    const std::span<const float> row(twin_row.row(0), static_cast<size_t>(vocab));
-    const int32_t drawn = chunks.back().sampled;
-    bool near = drawn == engine::pick_token(row, sampled.pick);
-    for (const double f : {1 - 1e-6, 1 + 1e-6}) {
-      model::v4::PickParams nudged = sampled.pick;
-      nudged.uniform *= f;
-      near = near || drawn == engine::pick_token(row, nudged);
-      nudged = sampled.pick;
-      nudged.top_p = std::min(1.0, nudged.top_p * f);
-      near = near || drawn == engine::pick_token(row, nudged);
+    chunks.push_back({chunks.back().tokens, sample_twin, false});
+    // The sampling stage: the three sequences' rows home; the twin's penalised (repetition over some ids, amounts
+    // subtracted from others, on the device) and picked greedily; the sample twin picked at random.
+    model::LogitsStage stage;
+    for (size_t q = 0; q < lens.size(); ++q) stage.rows.push_back({static_cast<int64_t>(q), true, {}, std::nullopt});
+    model::RowPenalties penalties;
+    penalties.repetition = 1.0f + 0.2f * static_cast<float>(step % 3);
+    for (int32_t id = 0; id < static_cast<int32_t>(vocab); id += 7) penalties.seen.push_back(id);
+    for (int32_t id = 3; id < static_cast<int32_t>(vocab); id += 11) penalties.subtract.emplace_back(id, 0.25f * static_cast<float>(id % 5));
+    stage.rows.push_back({static_cast<int64_t>(lens.size()), false, penalties, model::TokenPick{}});
+    const model::TokenPick draw{step % 3 == 0 ? 0.7 : 1.2, step % 2 == 0 ? 0 : 20, step % 3 == 1 ? 1.0 : 0.9,
+                                step % 4 == 3 ? 0.05 : 0.0, engine::counter_uniform(1234, static_cast<uint64_t>(step))};
+    stage.rows.push_back({static_cast<int64_t>(lens.size()) + 1, false, {}, draw});
+    const model::StepLogits home = gpu.run_step(chunks, stage);
+    std::vector<Mat> out;
+    for (size_t q = 0; q < lens.size(); ++q) {
+      out.emplace_back(1, vocab);
+      std::copy(home.raw.row(static_cast<int64_t>(q)), home.raw.row(static_cast<int64_t>(q)) + vocab, out.back().v.begin());
     }
-    sample_misses += !near || !out.back().v.empty();
+    const Mat& twin_row = out[lens.size() - 1];
+    std::vector<float> penalised(twin_row.row(0), twin_row.row(0) + vocab);
+    cpu::apply_penalties(penalised, penalties);
+    const float best = penalised[static_cast<size_t>(argmax(penalised.data(), vocab))];
+    const int32_t pick = home.picks[lens.size()];
+    argmax_misses += pick < 0 || pick >= vocab || penalised[static_cast<size_t>(pick)] < best - 1e-5f * std::fabs(best);
+    const std::span<const float> row(twin_row.row(0), static_cast<size_t>(vocab));
+    const int32_t drawn = home.picks.back();
+    bool near = drawn == cpu::pick_token(row, draw);
+    for (const double f : {1 - 1e-6, 1 + 1e-6}) {
+      model::TokenPick nudged = draw;
+      nudged.uniform *= f;
+      near = near || drawn == cpu::pick_token(row, nudged);
+      nudged = draw;
+      nudged.top_p = std::min(1.0, nudged.top_p * f);
+      near = near || drawn == cpu::pick_token(row, nudged);
+    }
+    sample_misses += !near;
     for (size_t q = 0; q < lens.size(); ++q) {
       const Mat ref = reference.forward(chunks[q].tokens, solo[q], false);
       errors.push_back(rel_error(out[q].row(0), ref.row(0), vocab));
@@ -227,7 +243,7 @@ void check_batch(const std::string& name, const Bar& bar, const Model& cpu, cons
   const bool ok = judged <= bar.limit && argmax_misses == 0 && sample_misses == 0;
   failures += !ok;
   std::printf("%-16s %-4s batch of 3 (5, 131, 300 + 8 steps) vs solo %s  rel.err p%.0f %.2e (limit %.0e) max %.2e  "
-              "device argmax %lld/9 off  device sample %lld/9 off  %s\n",
+              "device penalised argmax %lld/9 off  device sample %lld/9 off  %s\n",
               name.c_str(), precision_name(bar.precision), bar.precision == Precision::Bf16 ? "gpu" : "cpu",
               quantile * 100, judged, bar.limit, at_quantile(errors, 1.0), static_cast<long long>(argmax_misses),
               static_cast<long long>(sample_misses), ok ? "PASS" : "FAIL");
@@ -259,6 +275,7 @@ void check_graphs(const std::string& name, const std::string& dir, Precision pre
   const int steps = 41;
   for (int step = 0; step < steps; ++step) {
     std::vector<SequenceChunk> ca, cb;
+    model::LogitsStage stage;
     for (size_t q = 0; q < lens.size(); ++q) {
       const std::vector<int32_t> tokens = step == 0 ? prompt_of(lens[q], vocab, static_cast<int64_t>(q) + 11)
                                                     : std::vector<int32_t>{next[q]};
@@ -269,20 +286,21 @@ void check_graphs(const std::string& name, const std::string& dir, Precision pre
         ++failures;
         return;
       }
-      ca.push_back({tokens, a[q], false, pick_only});
-      cb.push_back({tokens, b[q], false, pick_only});
+      ca.push_back({tokens, a[q], false});
+      cb.push_back({tokens, b[q], false});
+      stage.rows.push_back({static_cast<int64_t>(q), !pick_only, {}, pick_only ? std::optional<model::TokenPick>(model::TokenPick{}) : std::nullopt});
     }
-    const std::vector<Mat> oa = eager.forward_batch(ca), ob = graphed.forward_batch(cb);
-    for (size_t q = 0; q < lens.size(); ++q) {
-      if (ca[q].argmax_only) {
-        pick_differing += ca[q].argmax != cb[q].argmax;
-        next[q] = ca[q].argmax;
+    const model::StepLogits oa = eager.run_step(ca, stage), ob = graphed.run_step(cb, stage);
+    for (size_t q = 0, raw = 0; q < lens.size(); ++q) {
+      if (stage.rows[q].pick) {
+        pick_differing += oa.picks[q] != ob.picks[q];
+        next[q] = oa.picks[q];
         continue;
       }
       ++rows;
-      differing += oa[q].v.size() != ob[q].v.size() ||
-                   std::memcmp(oa[q].v.data(), ob[q].v.data(), oa[q].v.size() * sizeof(float)) != 0;
-      next[q] = argmax(oa[q].row(0), vocab);
+      differing += std::memcmp(oa.raw.row(static_cast<int64_t>(raw)), ob.raw.row(static_cast<int64_t>(raw)), static_cast<size_t>(vocab) * sizeof(float)) != 0;
+      next[q] = argmax(oa.raw.row(static_cast<int64_t>(raw)), vocab);
+      ++raw;
     }
   }
   const int64_t replayed = graphed.steps_replayed();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/sampling.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/fp8.h"
 #include "backend/cuda/gemv.h"
@@ -698,22 +699,22 @@ std::vector<float> sampling_row(int kind, int64_t vocab) {
 
 // Whether the host sampler, with the draw, top_p or min_p moved by a relative 1e-9, picks `token`: a pick decided
 // by float rounding at a boundary (sampling.cu says how close it must be), not a wrong one.
-bool boundary_pick(const std::vector<float>& row, strata::model::v4::PickParams p, int32_t token) {
+bool boundary_pick(const std::vector<float>& row, strata::model::TokenPick p, int32_t token) {
   for (const double f : {1 - 1e-9, 1 + 1e-9}) {
-    strata::model::v4::PickParams q = p;
+    strata::model::TokenPick q = p;
     q.uniform = std::min(p.uniform * f, std::nextafter(1.0, 0.0));
-    if (strata::engine::pick_token(row, q) == token) return true;
+    if (strata::cpu::pick_token(row, q) == token) return true;
     q = p;
     q.top_p = std::min(p.top_p * f, 1.0);
-    if (p.top_p < 1 && strata::engine::pick_token(row, q) == token) return true;
+    if (p.top_p < 1 && strata::cpu::pick_token(row, q) == token) return true;
     q = p;
     q.min_p = std::min(p.min_p * f, 1.0);
-    if (p.min_p > 0 && strata::engine::pick_token(row, q) == token) return true;
+    if (p.min_p > 0 && strata::cpu::pick_token(row, q) == token) return true;
   }
   return false;
 }
 
-// The device's random picks (sampling.cu) against the host sampler's (engine::pick_token, the same code as
+// The device's random picks (sampling.cu) against the host sampler's (cpu::pick_token, the same code as
 // sample_token) on fresh random vocabulary rows of the V4 size, for every combination of temperature, top_k,
 // top_p and min_p, several draws each: identical ids. A pick that differs must be a boundary case (above) — counted
 // and bounded — and a row left to the host (kPickOnHost) is counted: none is expected on these rows. Run twice, in
@@ -729,7 +730,7 @@ void check_sample_rows(int64_t vocab, int rows_per_kind) {
       kind_of.push_back(kind);
     }
   const int rows = static_cast<int>(kind_of.size());
-  std::vector<strata::model::v4::PickParams> params;
+  std::vector<strata::model::TokenPick> params;
   std::vector<RowPick> picks;
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   for (int r = 0; r < rows; ++r)
@@ -765,7 +766,7 @@ void check_sample_rows(int64_t vocab, int rows_per_kind) {
       continue;
     }
     const std::vector<float> row(logits.begin() + picks[i].row * vocab, logits.begin() + (picks[i].row + 1) * vocab);
-    const int32_t want = strata::engine::pick_token(row, params[i]);
+    const int32_t want = strata::cpu::pick_token(row, params[i]);
     if (got[i] == want) continue;
     if (got[i] >= 0 && got[i] < vocab && boundary_pick(row, params[i], got[i]))
       ++boundary[kind];
@@ -801,10 +802,43 @@ void check_sample_rows_on_host(int64_t vocab) {
   // An all-equal row without filters is walked in id order (no bucket sorted), so the device takes it.
   const std::vector<float> equal(logits.begin() + vocab, logits.end());
   const bool ok = got[0] == strata::cuda::kPickOnHost && got[1] == strata::cuda::kPickOnHost &&
-                  got[2] == strata::engine::pick_token(equal, {1.0, 0, 1.0, 0.0, 0.3});
+                  got[2] == strata::cpu::pick_token(equal, {1.0, 0, 1.0, 0.0, 0.3});
   failures += !ok;
   std::printf("%-18s %-34s picks %d, %d, %d  %s\n", "sample_rows", "all -inf; top_k in equal; equal", got[0], got[1],
               got[2], ok ? "PASS" : "FAIL");
+}
+
+// The sampling stage's penalties (sampling.cu) against the CPU reference op on the same rows: repetition over the
+// seen ids (positive and negative logits), then subtracted amounts, several rows at once. Exact: the same IEEE
+// float operations in the same order.
+void check_penalties(int64_t vocab) {
+  using strata::cuda::PenaltyEntry;
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const int rows = 4;
+  std::vector<float> logits(static_cast<size_t>(rows * vocab));
+  for (float& l : logits) l = normal(rng);
+  std::vector<float> want = logits;
+  std::vector<PenaltyEntry> repetition, subtract;
+  for (int r = 0; r < rows; ++r) {
+    strata::model::RowPenalties p;
+    p.repetition = 1.0f + 0.37f * static_cast<float>(r + 1);
+    for (int32_t id = r; id < vocab; id += 3 + r) p.seen.push_back(id);
+    for (int32_t id = 2 * r; id < vocab; id += 5) p.subtract.emplace_back(id, 0.1f + 0.01f * static_cast<float>(id % 17));
+    strata::cpu::apply_penalties({want.data() + r * vocab, static_cast<size_t>(vocab)}, p);
+    for (int32_t id : p.seen) repetition.push_back({r, id, p.repetition});
+    for (const auto& [id, amount] : p.subtract) subtract.push_back({r, id, amount});
+  }
+  DeviceBuffer<float> dx(logits);
+  DeviceBuffer<PenaltyEntry> drep(repetition), dsub(subtract);
+  strata::cuda::apply_penalties(dx.data(), vocab, drep.data(), static_cast<int64_t>(repetition.size()), dsub.data(),
+                                static_cast<int64_t>(subtract.size()), nullptr);
+  const std::vector<float> got = dx.download();
+  const bool ok = std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0;
+  failures += !ok;
+  std::printf("%-18s %-34s %zu repetition + %zu subtracted entries, bit-identical to the CPU op: %s\n",
+              "apply_penalties", (std::to_string(rows) + " rows of " + std::to_string(vocab)).c_str(),
+              repetition.size(), subtract.size(), ok ? "PASS" : "FAIL");
 }
 
 // Time of the device picks for a batch of 256 peaked rows, per parameter set (CUDA events, median of 5).
@@ -892,6 +926,7 @@ int main() {
     check_sample_rows(129280, 6);
     check_sample_rows(1000, 4);
     check_sample_rows_on_host(129280);
+    check_penalties(129280);
     time_sample_rows(129280);
     STRATA_CUDA_CHECK(cudaDeviceSynchronize());
   } catch (const std::exception& e) {

@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cpu/sampling.h"
 #include "core/tensor.h"
-#include "engine/sampler.h"
 #include "model/config.h"
 #include "model/deepseek_v4/rope.h"
 #include "model/deepseek_v4/step.h"
@@ -43,18 +43,17 @@ class CpuBackend {
       std::copy(x.row(rows[i]), x.row(rows[i]) + x.cols, m.row(static_cast<int64_t>(i)));
     return m;
   }
-  // Per listed row, the column of its first maximum (the greedy pick, as the sampler makes it).
-  std::vector<int32_t> argmax_rows(const Mat& x, const std::vector<int64_t>& rows) const {
-    std::vector<int32_t> out;
-    for (int64_t r : rows) out.push_back(static_cast<int32_t>(std::max_element(x.row(r), x.row(r) + x.cols) - x.row(r)));
-    return out;
+  // The sampling stage's processors and picks on the listed rows (backend/cpu/sampling.h has their meaning).
+  void apply_penalties(Mat& x, const std::vector<int64_t>& rows,
+                       const std::vector<const model::RowPenalties*>& penalties) const {
+    for (size_t i = 0; i < rows.size(); ++i)
+      cpu::apply_penalties({x.row(rows[i]), static_cast<size_t>(x.cols)}, *penalties[i]);
   }
-  // Per listed row, the engine sampler's random pick with its parameters (what the CUDA backend does on the device).
-  std::vector<int32_t> sample_rows(const Mat& x, const std::vector<int64_t>& rows,
-                                   const std::vector<model::v4::PickParams>& picks) const {
+  std::vector<int32_t> pick_rows(const Mat& x, const std::vector<int64_t>& rows,
+                                 const std::vector<model::TokenPick>& picks) const {
     std::vector<int32_t> out;
     for (size_t i = 0; i < rows.size(); ++i)
-      out.push_back(engine::pick_token({x.row(rows[i]), static_cast<size_t>(x.cols)}, picks[i]));
+      out.push_back(cpu::pick_token({x.row(rows[i]), static_cast<size_t>(x.cols)}, picks[i]));
     return out;
   }
 

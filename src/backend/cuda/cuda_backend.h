@@ -24,6 +24,7 @@
 #include "model/deepseek_v4/rope.h"
 #include "model/deepseek_v4/step.h"
 #include "model/deepseek_v4/weights.h"
+#include "model/logits_stage.h"
 
 namespace strata::cuda {
 
@@ -139,18 +140,21 @@ class CudaBackend {
     converted_.clear();
   }
   Mat to_host(const Tensor& x);
-  // The end of a step (cuda_backend_logits.cpp): the listed rows of x home, through `staging` when set; the listed
-  // rows' argmaxes taken on the device, only the ids coming home.
+  // The end of a step (cuda_backend_logits.cpp): the listed rows of x home, through `staging` when set; then the
+  // sampling stage on the device.
   void set_host_staging(HostStaging* staging) { staging_ = staging; }
   // Pinned memory for begin_step's uploads (the runner's, kept between steps; not the logits' staging, which the
   // end of a step may grow while the step's uploads are still being copied).
   void set_upload_staging(HostStaging* staging) { upload_staging_ = staging; }
   Mat rows_to_host(const Tensor& x, const std::vector<int64_t>& rows);
-  std::vector<int32_t> argmax_rows(const Tensor& x, const std::vector<int64_t>& rows);
-  // The listed rows' random picks (engine::sample_token without penalties or logprobs) made on the device
-  // (sampling.cu), only the ids coming home; a row the kernel leaves to the host comes home and is sampled there.
-  std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<int64_t>& rows,
-                                   const std::vector<model::v4::PickParams>& picks);
+  // The sampling stage's logit processors, applied to the listed rows in place (sampling.cu).
+  void apply_penalties(Tensor& x, const std::vector<int64_t>& rows,
+                       const std::vector<const model::RowPenalties*>& penalties);
+  // The listed rows' picks made on the device, only the ids coming home: greedy rows by their argmax, random ones
+  // by sampling.cu's kernel; a row that kernel leaves to the host comes home and is picked there by the CPU
+  // backend's reference op.
+  std::vector<int32_t> pick_rows(const Tensor& x, const std::vector<int64_t>& rows,
+                                 const std::vector<model::TokenPick>& picks);
 
   Tensor embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies);
   Tensor linear(const Tensor& x, const WeightRef& w);

@@ -3,11 +3,11 @@
 #include <cstring>
 #include <span>
 
+#include "backend/cpu/sampling.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/sampling.h"
 #include "core/error.h"
-#include "engine/sampler.h"
 
 namespace strata::cuda {
 
@@ -31,52 +31,85 @@ Mat CudaBackend::rows_to_host(const Tensor& x, const std::vector<int64_t>& rows)
   return m;
 }
 
-std::vector<int32_t> CudaBackend::argmax_rows(const Tensor& x, const std::vector<int64_t>& rows) {
-  const OpClock::Scope timed_op_(clock_, "argmax_rows", rows_.rows, stream_);
-  std::vector<int32_t> out(rows.size());
-  if (rows.empty()) return out;
-  const std::vector<int32_t> rows32(rows.begin(), rows.end());
-  int32_t* d_rows = scratch_.alloc<int32_t>(static_cast<int64_t>(rows.size()) * 2);
-  int32_t* d_out = d_rows + rows.size();
-  // From pageable memory the copy is staged before the call returns, so rows32 may go out of scope after it.
-  STRATA_CUDA_CHECK(cudaMemcpyAsync(d_rows, rows32.data(), rows32.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+void CudaBackend::apply_penalties(Tensor& x, const std::vector<int64_t>& rows,
+                                  const std::vector<const model::RowPenalties*>& penalties) {
+  if (rows.empty()) return;
+  const OpClock::Scope timed_op_(clock_, "apply_penalties", rows_.rows, stream_);
+  std::vector<PenaltyEntry> entries;  // the repetition entries, then the subtractions
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (penalties[i]->repetition != 1.0f)
+      for (int32_t id : penalties[i]->seen)
+        entries.push_back({static_cast<int32_t>(rows[i]), id, penalties[i]->repetition});
+  const size_t n_repetition = entries.size();
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (const auto& [id, amount] : penalties[i]->subtract) entries.push_back({static_cast<int32_t>(rows[i]), id, amount});
+  if (entries.empty()) return;
+  auto* d = static_cast<PenaltyEntry*>(scratch_.bytes(entries.size() * sizeof(PenaltyEntry)));
+  // From pageable memory the copy is staged before the call returns, so `entries` may go out of scope after it.
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(d, entries.data(), entries.size() * sizeof(PenaltyEntry), cudaMemcpyHostToDevice,
                                     stream_));
-  cuda::argmax_rows(x.data, x.cols, d_rows, static_cast<int64_t>(rows.size()), d_out, stream_);
-  STRATA_CUDA_CHECK(cudaMemcpyAsync(out.data(), d_out, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-  STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return out;
+  cuda::apply_penalties(x.data, x.cols, d, static_cast<int64_t>(n_repetition), d + n_repetition,
+                        static_cast<int64_t>(entries.size() - n_repetition), stream_);
+  changed(x.data);
 }
 
-std::vector<int32_t> CudaBackend::sample_rows(const Tensor& x, const std::vector<int64_t>& rows,
-                                              const std::vector<model::v4::PickParams>& picks) {
-  const OpClock::Scope timed_op_(clock_, "sample_rows", rows_.rows, stream_);
+std::vector<int32_t> CudaBackend::pick_rows(const Tensor& x, const std::vector<int64_t>& rows,
+                                            const std::vector<model::TokenPick>& picks) {
   std::vector<int32_t> out(rows.size());
   if (rows.empty()) return out;
+  const OpClock::Scope timed_op_(clock_, "pick_rows", rows_.rows, stream_);
   // Masses are summed as 64-bit multiples of 2^-46 of the top token's probability (sampling.cu).
-  if (x.cols >= (int64_t{1} << 17)) fail("sample_rows: a vocabulary of ", x.cols, " tokens; the device sampler takes < 131072");
-  std::vector<RowPick> host(rows.size());
+  if (x.cols >= (int64_t{1} << 17)) fail("pick_rows: a vocabulary of ", x.cols, " tokens; the device sampler takes < 131072");
+  std::vector<int32_t> greedy_rows;
+  std::vector<size_t> greedy_at, random_at;
+  std::vector<RowPick> random;
   for (size_t i = 0; i < rows.size(); ++i) {
-    const model::v4::PickParams& p = picks[i];
-    host[i].inv_temperature = 1.0 / p.temperature;
-    host[i].top_p = p.top_p;
-    host[i].min_p = p.min_p;
-    host[i].uniform = p.uniform;
-    host[i].top_k = static_cast<int32_t>(std::min<int64_t>(p.top_k, x.cols));
-    host[i].row = static_cast<int32_t>(rows[i]);
+    const model::TokenPick& p = picks[i];
+    if (p.greedy()) {
+      greedy_rows.push_back(static_cast<int32_t>(rows[i]));
+      greedy_at.push_back(i);
+      continue;
+    }
+    RowPick r;
+    r.inv_temperature = 1.0 / p.temperature;
+    r.top_p = p.top_p;
+    r.min_p = p.min_p;
+    r.uniform = p.uniform;
+    r.top_k = static_cast<int32_t>(std::min<int64_t>(p.top_k, x.cols));
+    r.row = static_cast<int32_t>(rows[i]);
+    random.push_back(r);
+    random_at.push_back(i);
   }
-  auto* d_picks = static_cast<RowPick*>(scratch_.bytes(host.size() * (sizeof(RowPick) + sizeof(int32_t))));
-  auto* d_out = reinterpret_cast<int32_t*>(d_picks + host.size());
+  // One upload (greedy row ids, then the random picks) and one download of every id.
+  const size_t n_greedy = greedy_rows.size(), n_random = random.size();
+  const size_t random_offset = (n_greedy * sizeof(int32_t) + alignof(RowPick) - 1) / alignof(RowPick) * alignof(RowPick);
+  auto* d = static_cast<char*>(scratch_.bytes(random_offset + n_random * sizeof(RowPick) + rows.size() * sizeof(int32_t)));
+  std::vector<char> host(random_offset + n_random * sizeof(RowPick));
+  std::memcpy(host.data(), greedy_rows.data(), n_greedy * sizeof(int32_t));
+  std::memcpy(host.data() + random_offset, random.data(), n_random * sizeof(RowPick));
+  auto* d_greedy = reinterpret_cast<int32_t*>(d);
+  auto* d_random = reinterpret_cast<RowPick*>(d + random_offset);
+  auto* d_out = reinterpret_cast<int32_t*>(d + random_offset + n_random * sizeof(RowPick));
   // From pageable memory the copy is staged before the call returns, so `host` may go out of scope after it.
-  STRATA_CUDA_CHECK(cudaMemcpyAsync(d_picks, host.data(), host.size() * sizeof(RowPick), cudaMemcpyHostToDevice, stream_));
-  cuda::sample_rows(x.data, x.cols, d_picks, static_cast<int64_t>(rows.size()), d_out, stream_);
-  STRATA_CUDA_CHECK(cudaMemcpyAsync(out.data(), d_out, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(d, host.data(), host.size(), cudaMemcpyHostToDevice, stream_));
+  if (n_greedy) cuda::argmax_rows(x.data, x.cols, d_greedy, static_cast<int64_t>(n_greedy), d_out, stream_);
+  if (n_random) cuda::sample_rows(x.data, x.cols, d_random, static_cast<int64_t>(n_random), d_out + n_greedy, stream_);
+  std::vector<int32_t> ids(rows.size());
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(ids.data(), d_out, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  // Rows the kernel leaves to the host (no finite logit, or thousands of near-equal logits at a cut): the row home.
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (out[i] != kPickOnHost) continue;
-    std::vector<float> row(static_cast<size_t>(x.cols));
-    STRATA_CUDA_CHECK(cudaMemcpy(row.data(), x.data + rows[i] * x.cols, row.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    out[i] = engine::pick_token(row, picks[i]);
+  for (size_t g = 0; g < n_greedy; ++g) out[greedy_at[g]] = ids[g];
+  for (size_t r = 0; r < n_random; ++r) {
+    int32_t id = ids[n_greedy + r];
+    const size_t i = random_at[r];
+    // Rows the kernel leaves to the host (no finite logit, or thousands of near-equal logits at a cut): the row
+    // home, picked by the CPU backend's reference op.
+    if (id == kPickOnHost) {
+      std::vector<float> row(static_cast<size_t>(x.cols));
+      STRATA_CUDA_CHECK(cudaMemcpy(row.data(), x.data + rows[i] * x.cols, row.size() * sizeof(float),
+                                   cudaMemcpyDeviceToHost));
+      id = cpu::pick_token(row, picks[i]);
+    }
+    out[i] = id;
   }
   return out;
 }

@@ -53,14 +53,15 @@ class CudaRunner : public ForwardRunner {
   CudaRunner(const CudaRunner&) = delete;
   CudaRunner& operator=(const CudaRunner&) = delete;
 
-  std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe) override {
+  StepLogits run_step(std::vector<SequenceChunk>& chunks, const LogitsStage& stage,
+                      const LayerObserver& observe) override {
     cuda::CudaBackend backend(weights_, gemm_, scratch_, layout_, p_.cfg, {&p_.rope_main, &p_.rope_compress}, stream_,
                               &clock_);
     backend.set_host_staging(&staging_);
     backend.set_upload_staging(&upload_staging_);
     backend.set_graphs(&graphs_);
-    std::vector<Mat> out =
-        Forward<cuda::CudaBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend).run(chunks, observe);
+    StepLogits out =
+        Forward<cuda::CudaBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend).run(chunks, stage, observe);
     routed_ = backend.routed_experts();
     return out;
   }

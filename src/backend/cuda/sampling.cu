@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdint>
 #include <mutex>
+#include <tuple>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/sampling.h"
@@ -392,6 +393,36 @@ void sample_rows(const float* x, int64_t cols, const RowPick* picks, int64_t cou
   });
   sample_rows_kernel<<<static_cast<unsigned>(count), kThreads, sizeof(Shared), stream>>>(x, cols, picks, out);
   STRATA_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+
+// One thread an entry; a row's ids are distinct within one launch, so no two threads touch one logit. The division
+// and product are IEEE float operations (no fast-math), the same bits as the host's backend/cpu/sampling.cpp.
+__global__ void penalty_kernel(float* __restrict__ logits, int64_t cols, const PenaltyEntry* __restrict__ entries,
+                               int64_t count, bool repetition) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const PenaltyEntry e = entries[i];
+  float& l = logits[static_cast<int64_t>(e.row) * cols + e.id];
+  if (repetition)
+    l = l > 0 ? l / e.value : l * e.value;
+  else
+    l -= e.value;
+}
+
+}  // namespace
+
+void apply_penalties(float* x, int64_t cols, const PenaltyEntry* repetition, int64_t n_repetition,
+                     const PenaltyEntry* subtract, int64_t n_subtract, cudaStream_t stream) {
+  constexpr int kPenaltyThreads = 256;
+  // Repetition first, then the subtracted amounts: an id in both gets them in the host's order.
+  for (auto [entries, n, is_repetition] : {std::tuple{repetition, n_repetition, true}, std::tuple{subtract, n_subtract, false}}) {
+    if (n == 0) continue;
+    penalty_kernel<<<static_cast<unsigned>((n + kPenaltyThreads - 1) / kPenaltyThreads), kPenaltyThreads, 0, stream>>>(
+        x, cols, entries, n, is_repetition);
+    STRATA_CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace strata::cuda

@@ -16,6 +16,7 @@
 #include "model/deepseek_v4/rope.h"
 #include "model/deepseek_v4/step.h"
 #include "model/deepseek_v4/weights.h"
+#include "model/logits_stage.h"
 
 namespace strata::model::v4 {
 
@@ -23,6 +24,11 @@ using LayerObserver = std::function<void(int64_t layer, const Mat& streams)>;
 
 // Rows of a step, checked: every chunk has tokens and a state of this model, no state twice, ids in the vocabulary.
 StepRows make_step_rows(const ModelConfig& cfg, const std::vector<SequenceChunk>& chunks);
+// A sampling stage for a step of `logits_rows` logits rows, checked: rows in range and increasing, picks and
+// penalties well-formed (a draw in [0, 1), a temperature ≥ 0, ids in the vocabulary).
+void check_stage(const LogitsStage& stage, int64_t logits_rows, int64_t vocab);
+// Every logits row of a step raw home, without picks: what a caller that wants the logits themselves asks for.
+LogitsStage all_rows_home(int64_t logits_rows);
 
 template <class B>
 class Forward {
@@ -33,9 +39,12 @@ class Forward {
           B& backend)
       : cfg_(cfg), w_(w), rope_main_(rope_main), rope_compress_(rope_compress), b_(backend) {}
 
-  std::vector<Mat> run(std::vector<SequenceChunk>& chunks, const LayerObserver& observe) {
+  // The forward of `chunks`, ending at the logits of their logits rows (StepRows::logits_rows) where the backend
+  // computes; then the step's sampling stage on those rows (model/logits_stage.h): raw rows home, penalties, picks.
+  StepLogits run(std::vector<SequenceChunk>& chunks, const LogitsStage& stage, const LayerObserver& observe) {
     if (chunks.empty()) return {};
     Step step{make_step_rows(cfg_, chunks), &chunks};
+    check_stage(stage, static_cast<int64_t>(step.rows.logits_rows.size()), cfg_.vocab_size);
     b_.begin_step(step);
     // A backend that recorded a step of this shape before runs the recording instead of the body (CUDA graphs of
     // decode steps); otherwise the body runs, and the backend may record it.
@@ -68,38 +77,30 @@ class Forward {
     }
     for (SequenceChunk& ch : chunks) ch.state->num_tokens += static_cast<int64_t>(ch.tokens.size());
 
-    // Rows of `logits` (chunk after chunk) that go home whole, rows of which only the greedy pick is wanted, and
-    // rows of which only a random pick is wanted: the backend makes those picks where the logits are.
-    std::vector<int64_t> whole_rows, argmax_rows, sample_rows;
-    std::vector<PickParams> sample_params;
-    int64_t at = 0;
-    for (const SequenceChunk& ch : chunks) {
-      const int64_t count = ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : 1;
-      for (int64_t i = 0; i < count; ++i) {
-        if (ch.sample_only) sample_params.push_back(ch.pick);
-        (ch.argmax_only ? argmax_rows : ch.sample_only ? sample_rows : whole_rows).push_back(at + i);
+    // The sampling stage, where the logits are: the raw rows asked for go home first, then the logit processors
+    // change their rows in place, then the picks are made; only ids come home for those.
+    StepLogits out;
+    std::vector<int64_t> raw_rows, penalised_rows, pick_rows;
+    std::vector<const RowPenalties*> penalties;
+    std::vector<TokenPick> picks;
+    for (const LogitsRowRequest& r : stage.rows) {
+      if (r.raw_home) raw_rows.push_back(r.row);
+      if (!r.penalties.empty()) {
+        penalised_rows.push_back(r.row);
+        penalties.push_back(&r.penalties);
       }
-      at += count;
+      if (r.pick) {
+        pick_rows.push_back(r.row);
+        picks.push_back(*r.pick);
+      }
     }
-    const Mat host = b_.rows_to_host(logits, whole_rows);
-    const std::vector<int32_t> picks = b_.argmax_rows(logits, argmax_rows);
-    const std::vector<int32_t> sampled = b_.sample_rows(logits, sample_rows, sample_params);
+    out.raw = b_.rows_to_host(logits, raw_rows);
+    b_.apply_penalties(logits, penalised_rows, penalties);
+    const std::vector<int32_t> picked = b_.pick_rows(logits, pick_rows, picks);
     b_.end_step(step);
-    std::vector<Mat> out;
-    int64_t next_whole = 0, next_pick = 0, next_sample = 0;
-    for (SequenceChunk& ch : chunks) {
-      if (ch.argmax_only || ch.sample_only) {
-        if (ch.argmax_only) ch.argmax = picks[static_cast<size_t>(next_pick++)];
-        if (ch.sample_only) ch.sampled = sampled[static_cast<size_t>(next_sample++)];
-        out.emplace_back(0, cfg_.vocab_size);
-        continue;
-      }
-      const int64_t count = ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : 1;
-      Mat m(count, cfg_.vocab_size);
-      std::copy(host.row(next_whole), host.row(next_whole) + count * cfg_.vocab_size, m.v.begin());
-      next_whole += count;
-      out.push_back(std::move(m));
-    }
+    out.picks.assign(stage.rows.size(), -1);
+    for (size_t i = 0, next = 0; i < stage.rows.size(); ++i)
+      if (stage.rows[i].pick) out.picks[i] = picked[next++];
     return out;
   }
 

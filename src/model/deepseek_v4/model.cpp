@@ -52,14 +52,6 @@ StepRows make_step_rows(const ModelConfig& cfg, const std::vector<SequenceChunk>
     if (ch.tokens.empty()) fail("forward: sequence ", c, " of the batch has no tokens");
     if (!ch.state || ch.state->layers.size() != static_cast<size_t>(cfg.num_hidden_layers))
       fail("forward: sequence ", c, " of the batch has no state for this model");
-    if (ch.argmax_only && ch.all_logits)
-      fail("forward: sequence ", c, " of the batch asks for all logits and for only the argmax");
-    if (ch.sample_only && (ch.all_logits || ch.argmax_only))
-      fail("forward: sequence ", c, " of the batch asks for only a random pick and for ",
-           ch.all_logits ? "all logits" : "only the argmax");
-    if (ch.sample_only && !(ch.pick.temperature > 0 && ch.pick.uniform >= 0 && ch.pick.uniform < 1))
-      fail("forward: sequence ", c, " of the batch asks for a random pick at temperature ", ch.pick.temperature,
-           " with draw ", ch.pick.uniform, " (expected a temperature > 0 and a draw in [0, 1))");
     for (size_t other = 0; other < c; ++other)
       if (chunks[other].state == ch.state) fail("forward: sequence state ", c, " appears twice in one batch");
     for (int32_t t : ch.tokens)
@@ -78,16 +70,43 @@ StepRows make_step_rows(const ModelConfig& cfg, const std::vector<SequenceChunk>
   return rows;
 }
 
+void check_stage(const LogitsStage& stage, int64_t logits_rows, int64_t vocab) {
+  int64_t previous = -1;
+  for (const LogitsRowRequest& r : stage.rows) {
+    if (r.row <= previous || r.row >= logits_rows)
+      fail("sampling stage: logits row ", r.row, " is out of order or outside the step's ", logits_rows, " rows");
+    previous = r.row;
+    if (r.pick) {
+      const TokenPick& p = *r.pick;
+      if (!(p.temperature >= 0) || (!p.greedy() && !(p.uniform >= 0 && p.uniform < 1)))
+        fail("sampling stage: row ", r.row, " asks for a pick at temperature ", p.temperature, " with draw ", p.uniform,
+             " (expected a temperature ≥ 0 and, when > 0, a draw in [0, 1))");
+    }
+    auto in_vocab = [&](int32_t id) {
+      if (id < 0 || id >= vocab) fail("sampling stage: row ", r.row, " penalises token id ", id, " outside the vocabulary");
+    };
+    for (int32_t id : r.penalties.seen) in_vocab(id);
+    for (const auto& s : r.penalties.subtract) in_vocab(s.first);
+  }
+}
+
+LogitsStage all_rows_home(int64_t logits_rows) {
+  LogitsStage stage;
+  for (int64_t r = 0; r < logits_rows; ++r) stage.rows.push_back({r, true, {}, std::nullopt});
+  return stage;
+}
+
 namespace {
 
 // The CPU reference: forward.h over CpuBackend, state in host memory.
 class CpuRunner : public ForwardRunner {
  public:
   explicit CpuRunner(const Model::Parts& p) : p_(p) {}
-  std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe) override {
+  StepLogits run_step(std::vector<SequenceChunk>& chunks, const LogitsStage& stage,
+                      const LayerObserver& observe) override {
     cpu::CpuBackend backend;  // per call: its caches are per step, and calls may come from several threads
-    std::vector<Mat> out =
-        Forward<cpu::CpuBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend).run(chunks, observe);
+    StepLogits out =
+        Forward<cpu::CpuBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend).run(chunks, stage, observe);
     const std::lock_guard<std::mutex> lock(routed_mutex_);
     routed_ = backend.routed_experts();
     return out;
@@ -239,11 +258,28 @@ bool Model::copy_state(const SequenceState& from, SequenceState& to) const {
 Mat Model::forward(const std::vector<int32_t>& tokens, SequenceState& state, bool all_logits,
                    const LayerObserver& observe) const {
   std::vector<SequenceChunk> chunks = {{tokens, &state, all_logits}};
-  return std::move(runner_->forward_batch(chunks, observe)[0]);
+  return std::move(forward_batch(chunks, observe)[0]);
+}
+
+StepLogits Model::run_step(std::vector<SequenceChunk>& chunks, const LogitsStage& stage,
+                           const LayerObserver& observe) const {
+  return runner_->run_step(chunks, stage, observe);
 }
 
 std::vector<Mat> Model::forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe) const {
-  return runner_->forward_batch(chunks, observe);
+  int64_t rows = 0;
+  for (const SequenceChunk& ch : chunks) rows += ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : 1;
+  const StepLogits home = run_step(chunks, all_rows_home(rows), observe);
+  std::vector<Mat> out;
+  int64_t at = 0;
+  for (const SequenceChunk& ch : chunks) {
+    const int64_t count = ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : 1;
+    Mat m(count, config().vocab_size);
+    std::copy(home.raw.row(at), home.raw.row(at) + count * m.cols, m.v.begin());
+    at += count;
+    out.push_back(std::move(m));
+  }
+  return out;
 }
 
 Model load_model(const std::string& dir, Device device, Precision precision) {

@@ -36,7 +36,9 @@ std::string cuda_device_name();  // the GPU the CUDA backend uses ("" without on
 class ForwardRunner {
  public:
   virtual ~ForwardRunner() = default;
-  virtual std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe) = 0;
+  // forward.h's Forward::run on this backend: the step, then its sampling stage.
+  virtual StepLogits run_step(std::vector<SequenceChunk>& chunks, const LogitsStage& stage,
+                              const LayerObserver& observe) = 0;
   // Backend-side fixed state (sliding windows, compressor buffers) of a fresh sequence.
   virtual void init_state(SequenceState& state) = 0;
   // Storage for `floats` floats of compressed entries on the backend's device (EntryPageArena pages).
@@ -83,7 +85,11 @@ class Model {
 
   // One step over several sequences: the projections and experts run once over all rows (weights are read once),
   // attention and compression per sequence. Every row's arithmetic is the same as in a solo forward, so results
-  // are bit-identical however sequences are batched. Returns one logits Mat per chunk.
+  // are bit-identical however sequences are batched. The logits stay where they were computed; `stage` says what
+  // happens to each logits row there (model/logits_stage.h: raw rows home, penalties, picks) and what comes home.
+  StepLogits run_step(std::vector<SequenceChunk>& chunks, const LogitsStage& stage,
+                      const LayerObserver& observe = {}) const;
+  // run_step with every logits row home: one logits Mat per chunk (tests, benchmarks, dumps).
   std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe = {}) const;
   // Per layer, the distinct routed experts the last forward ran (0 for none yet).
   std::vector<int64_t> routed_experts_last_forward() const { return runner_->routed_experts_last_forward(); }

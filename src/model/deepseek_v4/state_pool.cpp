@@ -12,7 +12,7 @@ StatePool::StatePool(const Model& model, StatePoolLimits limits)
   arena_ = model.make_arena(limits.page_floats, limits.entry_pages);
   for (int64_t i = 0; i < limits.max_sequences; ++i)
     slots_.push_back(std::make_unique<SequenceState>(model.new_sequence(arena_.get())));
-  for (auto it = slots_.rbegin(); it != slots_.rend(); ++it) free_.push_back(it->get());
+  for (int64_t i = limits.max_sequences - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(i));
 }
 
 int64_t StatePool::fixed_bytes_per_sequence(const Model& model) {
@@ -31,16 +31,33 @@ StatePoolLimits StatePool::limits_for_bytes(const Model& model, int64_t bytes, i
   return l;
 }
 
-SequenceState* StatePool::acquire() {
-  if (free_.empty()) return nullptr;
-  SequenceState* s = free_.back();
+std::optional<int32_t> StatePool::acquire_slot() {
+  if (free_.empty()) return std::nullopt;
+  const int32_t slot = free_.back();
   free_.pop_back();
-  return s;
+  return slot;
+}
+
+void StatePool::release_slot(int32_t index) {
+  slot(index).reset();
+  free_.push_back(index);
+}
+
+SequenceState& StatePool::slot(int32_t index) {
+  if (index < 0 || index >= static_cast<int32_t>(slots_.size()))
+    fail("state pool: slot ", index, " is outside the pool's ", slots_.size(), " slots");
+  return *slots_[static_cast<size_t>(index)];
+}
+
+SequenceState* StatePool::acquire() {
+  const auto s = acquire_slot();
+  return s ? &slot(*s) : nullptr;
 }
 
 void StatePool::release(SequenceState* state) {
-  state->reset();
-  free_.push_back(state);
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].get() == state) return release_slot(static_cast<int32_t>(i));
+  fail("state pool: release of a state that is not one of the pool's slots");
 }
 
 int64_t StatePool::pages_for_tokens(int64_t tokens) const {

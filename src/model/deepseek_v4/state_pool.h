@@ -3,6 +3,7 @@
 // compressor buffers, built once) and a fixed number of compressed-entry pages, all allocated at start-up.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "model/deepseek_v4/model.h"
@@ -25,8 +26,12 @@ class StatePool {
   static StatePoolLimits limits_for_bytes(const Model& model, int64_t bytes, int64_t max_sequences);
   static int64_t fixed_bytes_per_sequence(const Model& model);
 
-  SequenceState* acquire();           // a reset state, or nullptr when every slot is taken
-  void release(SequenceState* state);  // its pages go back to the arena
+  // Slots are named by index, so a step plan can say which state a sequence uses without pointing into the pool.
+  std::optional<int32_t> acquire_slot();  // a reset state's slot, or nullopt when every slot is taken
+  void release_slot(int32_t slot);        // its pages go back to the arena
+  SequenceState& slot(int32_t slot);      // the state in a slot (an error for an index out of range)
+  SequenceState* acquire();               // acquire_slot's state, or nullptr
+  void release(SequenceState* state);
 
   // Pages a sequence of `tokens` tokens holds in total (from empty).
   int64_t pages_for_tokens(int64_t tokens) const;
@@ -45,7 +50,7 @@ class StatePool {
   StatePoolLimits limits_;
   std::unique_ptr<EntryPageArena> arena_;  // on the model's device
   std::vector<std::unique_ptr<SequenceState>> slots_;
-  std::vector<SequenceState*> free_;
+  std::vector<int32_t> free_;
 };
 
 }  // namespace strata::model::v4

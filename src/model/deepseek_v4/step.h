@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/deepseek_v4/pick.h"
 #include "model/deepseek_v4/state.h"
 
 namespace strata::model::v4 {
@@ -16,22 +15,12 @@ enum class CompressorSlot { Attention, Indexer };
 // every compressed entry whose window has closed, plus on CSA layers the indexer's top-k entries.
 enum class AttentionKeys { Window, WindowAndAllEntries, WindowAndPicked };
 
-// One sequence's part of a forward step: its next tokens (positions state->num_tokens onwards) and its state.
+// One sequence's part of a forward step: its next tokens (positions state->num_tokens onwards) and its state. What
+// happens to its logits rows afterwards is the step's sampling stage (model/logits_stage.h), not the chunk's.
 struct SequenceChunk {
   std::vector<int32_t> tokens;
   SequenceState* state = nullptr;
   bool all_logits = false;  // logits for every token, or only the last
-  // Only the greedy pick of the last token is wanted, not its logits: the backend takes the argmax where the logits
-  // are (on a GPU, one id comes home instead of a vocabulary row) and writes it to `argmax`; the chunk's logits Mat
-  // is then empty. Not with all_logits.
-  bool argmax_only = false;
-  int32_t argmax = -1;  // out: the first maximum of the last token's logits, when argmax_only
-  // Only a random pick from the last token's logits is wanted (temperature, top-k, min-p, top-p; no penalties, no
-  // logprobs): the backend makes it where the logits are, as the engine's sampler would with `pick`, and writes it
-  // to `sampled`; the chunk's logits Mat is then empty. Not with all_logits or argmax_only.
-  bool sample_only = false;
-  PickParams pick = {};
-  int32_t sampled = -1;  // out: the token picked, when sample_only
 };
 
 // Rows of a step: the chunks' tokens one after another.

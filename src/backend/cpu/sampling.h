@@ -1,0 +1,19 @@
+#pragma once
+// The sampling stage's ops on the CPU, the readable reference of what every backend does to a logits row
+// (model/logits_stage.h): the logit processors (penalties) and the pick. The engine's host sampler
+// (engine/sampler.h) is built from the same two functions, so a pick made on any backend is the token the host
+// would have chosen.
+#include <cstdint>
+#include <span>
+
+#include "model/logits_stage.h"
+
+namespace strata::cpu {
+
+// The penalties applied to `logits` in place (repetition over `seen`, then the subtracted amounts).
+void apply_penalties(std::span<float> logits, const model::RowPenalties& penalties);
+
+// The token `pick` chooses from `logits` (model::TokenPick says how).
+int32_t pick_token(std::span<const float> logits, const model::TokenPick& pick);
+
+}  // namespace strata::cpu
