@@ -18,6 +18,7 @@
 
 #include "bench/step_floor.h"
 #include "cli/args.h"
+#include "cli/backend_flags.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "model/deepseek_v4/model.h"
@@ -311,7 +312,7 @@ struct LoadedModel {
   nlohmann::json description;
 };
 
-LoadedModel load(const Args& args, model::v4::Device device, model::v4::Precision precision) {
+LoadedModel load(const Args& args, const BackendFlags& backend) {
   const bool from_dir = args.has("model"), from_preset = args.has("preset");
   if (!from_dir && !from_preset)
     fail("bench: expected --model DIR (a checkpoint) or --preset NAME (random weights: tiny, small or flash), "
@@ -325,7 +326,7 @@ LoadedModel load(const Args& args, model::v4::Device device, model::v4::Precisio
         fail("bench: --", option, " shapes random weights and needs --preset; found it with --model");
     const std::string dir = args.str("model");
     const auto t0 = clock::now();
-    model::v4::Model m = model::v4::load_model(dir, device, precision);
+    model::v4::Model m = model::v4::load_model(dir, backend.device, backend.precision, backend.cuda);
     return {std::move(m),
             {{"model", std::filesystem::path(dir).filename().string()},
              {"source", "checkpoint"},
@@ -344,9 +345,9 @@ LoadedModel load(const Args& args, model::v4::Device device, model::v4::Precisio
   std::fprintf(stderr, "random weights: %s, %lld layers, %s, in %.2f s on %d threads\n", preset.c_str(),
                static_cast<long long>(cfg.num_hidden_layers), dtype.c_str(), made, omp_get_max_threads());
   const auto t1 = clock::now();
-  model::v4::Model m(cfg, std::move(weights), device, precision);
+  model::v4::Model m(cfg, std::move(weights), backend.device, backend.precision, backend.cuda);
   const double built = seconds_since(t1);
-  std::fprintf(stderr, "model on %s in %.2f s\n", model::v4::device_name(device), built);
+  std::fprintf(stderr, "model on %s in %.2f s\n", model::v4::device_name(backend.device), built);
   return {std::move(m),
           {{"model", "random " + preset},
            {"source", "random"},
@@ -362,8 +363,8 @@ LoadedModel load(const Args& args, model::v4::Device device, model::v4::Precisio
 int bench_command(const std::vector<std::string>& argv) {
   const Args args(argv,
                   {"model", "preset", "layers", "dtype", "seed", "device", "prompt-len", "decode-tokens", "repeats",
-                   "commit", "out", "prefill", "batch", "context", "chunk", "ceilings", "precision"},
-                  {"help"});
+                   "commit", "out", "prefill", "batch", "context", "chunk", "ceilings", "precision", "cuda-graphs"},
+                  {"help", "cuda-op-times"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -383,12 +384,12 @@ int bench_command(const std::vector<std::string>& argv) {
   }
   if (args.has("chunk") && args.integer("chunk", 1) < 1)
     fail("option --chunk: expected ≥ 1, found ", args.integer("chunk", 1));
-  const model::v4::Device device = model::v4::parse_device(args.str("device", "cpu"));
-  const std::optional<Ceilings> ceilings = ceilings_for(args, device);
   // FP8 random weights stay FP8 on the GPU unless asked otherwise: that is what --dtype fp8 benchmarks.
-  const model::v4::Precision precision = model::v4::parse_precision(
-      args.str("precision", args.str("dtype", "bf16") == "fp8" && device == model::v4::Device::Cuda ? "fp8" : "bf16"));
-  LoadedModel loaded = load(args, device, precision);
+  const bool fp8_on_gpu = args.str("dtype", "bf16") == "fp8" && args.str("device", "cpu") == "cuda";
+  const BackendFlags backend = read_backend_flags(args, fp8_on_gpu ? "fp8" : "bf16");
+  const model::v4::Device device = backend.device;
+  const std::optional<Ceilings> ceilings = ceilings_for(args, device);
+  LoadedModel loaded = load(args, backend);
   const model::v4::Model& m = loaded.model;
   const model::ModelConfig& c = m.config();
   const std::vector<int32_t> prompt = prompt_tokens(prompt_len, c.vocab_size);
@@ -435,10 +436,7 @@ int bench_command(const std::vector<std::string>& argv) {
                  {"decode_tokens", decode},
                  {"repeats", repeats},
                  {"batched_decode_sampling", "greedy: argmax in the backend, ids home"}});
-  if (device == model::v4::Device::Cuda) {
-    const char* graphs = std::getenv("STRATA_CUDA_GRAPHS");
-    config["cuda_graphs"] = !(graphs && std::string(graphs) == "0");
-  }
+  if (device == model::v4::Device::Cuda) config["cuda_graphs"] = backend.cuda.graphs;
   if (args.has("chunk")) config["chunk"] = args.integer("chunk", 0);
   nlohmann::json j = {
       {"benchmark", std::string(model::v4::device_name(device)) + "_forward"},

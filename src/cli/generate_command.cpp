@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/backend_flags.h"
 #include "cli/engine_options.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
@@ -43,6 +44,8 @@ options:
   --model DIR          checkpoint directory (config.json + safetensors); default: the demo model, models/demo/
   --device cpu|cuda    the backend (default cpu)
   --precision P        with --device cuda: bf16 (default), fp32, or fp8 (the checkpoint's FP8 matrices stay FP8)
+  --cuda-graphs on|off with --device cuda: replay decode steps as CUDA graphs (default on)
+  --cuda-op-times      with --device cuda: time every backend op with CUDA events, a table at exit
   --prompt-ids IDS     comma-separated prompt token ids, e.g. 5,6,7
   --prompt TEXT        a text prompt (BOS per the tokenizer config; special-token spellings stay plain text
                        unless --parse-special); prints the generated text
@@ -82,6 +85,8 @@ options:
                              demo model, models/demo/ of the repository)
   --device cpu|cuda          the backend (default cpu)
   --precision P              with --device cuda: bf16 (default), fp32, or fp8 (the checkpoint's FP8 matrices stay FP8)
+  --cuda-graphs on|off       with --device cuda: replay decode steps as CUDA graphs (default on)
+  --cuda-op-times            with --device cuda: time every backend op with CUDA events, a table at exit
   --input FILE               requests, one JSON object a line ("-" reads stdin):
                                a request body: chat if it has "messages", completions ("prompt") otherwise, with
                                an optional "custom_id" (or "id"), a string or number, carried to the result:
@@ -213,9 +218,9 @@ std::vector<std::string> read_lines(const std::string& path) {
 
 int offline_generate(const std::vector<std::string>& argv) {
   const Args args(argv,
-                  {"model", "device", "precision", "input", "output", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "state-memory",
-                   "max-n", "served-model-name", "progress-interval", "summary"},
-                  {"help"});
+                  {"model", "device", "precision", "cuda-graphs", "input", "output", "max-num-seqs", "max-num-batched-tokens",
+                   "max-model-len", "state-memory", "max-n", "served-model-name", "progress-interval", "summary"},
+                  {"help", "cuda-op-times"});
   if (args.has("help")) {
     std::fputs(kOfflineHelp, stdout);
     return 0;
@@ -228,8 +233,8 @@ int offline_generate(const std::vector<std::string>& argv) {
 
   const std::vector<std::string> lines = read_lines(input);
   const text::Tokenizer tokenizer = text::Tokenizer::load(dir);
-  const model::v4::Model model = model::v4::load_model(dir, model::v4::parse_device(args.str("device", "cpu")),
-                                                       model::v4::parse_precision(args.str("precision", "bf16")));
+  const BackendFlags backend = read_backend_flags(args);
+  const model::v4::Model model = model::v4::load_model(dir, backend.device, backend.precision, backend.cuda);
   const model::ModelConfig& mc = model.config();
   if (tokenizer.vocab_size() > mc.vocab_size)
     fail("--model ", dir, ": the tokenizer has ids up to ", tokenizer.vocab_size() - 1, " but the model's vocab_size is ",
@@ -278,9 +283,9 @@ int generate_command(const std::vector<std::string>& argv) {
            "Debian libboost-dev, was missing)");
 #endif
     }
-  const Args args(argv, {"model", "device", "precision", "prompt-ids", "prompt", "chat", "max-tokens", "temperature", "top-p", "top-k", "min-p", "repetition-penalty",
+  const Args args(argv, {"model", "device", "precision", "cuda-graphs", "prompt-ids", "prompt", "chat", "max-tokens", "temperature", "top-p", "top-k", "min-p", "repetition-penalty",
                    "presence-penalty", "frequency-penalty", "seed", "chunk", "dump-logits", "dump-hidden"},
-                  {"help", "ignore-eos", "parse-special"});
+                  {"help", "ignore-eos", "parse-special", "cuda-op-times"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -303,8 +308,8 @@ int generate_command(const std::vector<std::string>& argv) {
   const int64_t chunk = args.integer("chunk", 0);
   if (chunk < 0) fail("option --chunk: expected a positive chunk size, found ", chunk);
 
-  const model::v4::Model m = model::v4::load_model(dir, model::v4::parse_device(args.str("device", "cpu")),
-                                                   model::v4::parse_precision(args.str("precision", "bf16")));
+  const BackendFlags backend = read_backend_flags(args);
+  const model::v4::Model m = model::v4::load_model(dir, backend.device, backend.precision, backend.cuda);
   const int64_t vocab = m.config().vocab_size;
   try {
     sampling.validate(vocab);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/backend_flags.h"
 #include "cli/engine_options.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
@@ -34,6 +35,9 @@ options:
   --host ADDR                address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)
   --port N                   TCP port (default 8000; 0 picks a free one and prints it)
   --device cpu|cuda          the backend (cuda: a build with the CUDA backend and an NVIDIA GPU)
+  --precision P              with --device cuda: bf16 (default), fp32, or fp8 (the checkpoint's FP8 matrices stay FP8)
+  --cuda-graphs on|off       with --device cuda: replay decode steps as CUDA graphs (default on)
+  --cuda-op-times            with --device cuda: time every backend op with CUDA events, a table at exit
   --api-key KEY              require 'Authorization: Bearer KEY' on /v1/* (/health and /metrics stay open)
   --served-model-name NAME   the model id clients send and see (default: the basename of --model)
   --max-model-len N          prompt + generated tokens per sequence (default: min(8192, the model's
@@ -62,15 +66,15 @@ example:
 
 int serve_command(const std::vector<std::string>& argv) {
   const Args args(argv,
-                  {"model", "host", "port", "device", "api-key", "served-model-name", "max-model-len", "state-memory",
+                  {"model", "host", "port", "device", "precision", "cuda-graphs", "api-key", "served-model-name", "max-model-len", "state-memory",
                    "max-num-seqs", "max-num-batched-tokens", "max-body-bytes", "max-n", "shutdown-grace", "idle-timeout"},
-                  {"help"});
+                  {"help", "cuda-op-times"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     return 0;
   }
   const std::string dir = model_dir_or_default(args);
-  const model::v4::Device device = model::v4::parse_device(args.str("device", "cpu"));
+  const BackendFlags backend = read_backend_flags(args);
   const int64_t port = args.integer("port", 8000);
   if (port < 0 || port > 65535) fail("option --port: expected 0..65535, found ", port);
   const EngineOptions engine_options = read_engine_options(args, 64);
@@ -90,7 +94,7 @@ int serve_command(const std::vector<std::string>& argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   const text::Tokenizer tokenizer = text::Tokenizer::load(dir);
-  const model::v4::Model model = model::v4::load_model(dir, device);
+  const model::v4::Model model = model::v4::load_model(dir, backend.device, backend.precision, backend.cuda);
   const model::ModelConfig& mc = model.config();
   if (tokenizer.vocab_size() > mc.vocab_size)
     fail("--model ", dir, ": the tokenizer has ids up to ", tokenizer.vocab_size() - 1, " but the model's vocab_size is ",

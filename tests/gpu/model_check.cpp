@@ -250,14 +250,12 @@ void check_batch(const std::string& name, const Bar& bar, const Model& cpu, cons
 }
 
 // Decode steps replayed from CUDA graphs (backend/cuda/step_graphs.h) against the same steps run eagerly
-// (STRATA_CUDA_GRAPHS=0): a recording replays the very kernels with the very arguments, so every logits row must
+// (--cuda-graphs off): a recording replays the very kernels with the very arguments, so every logits row must
 // agree to the bit, and the device's greedy picks with it. Three sequences in one pool, the third asking only for
 // its argmax; 40 decode steps, in which windows close at different steps for each sequence (the padded work lists)
 // and the longest crosses 1,024 tokens, so its shape's entry bound grows and a second shape is recorded.
 void check_graphs(const std::string& name, const std::string& dir, Precision precision) {
-  setenv("STRATA_CUDA_GRAPHS", "0", 1);
-  const Model eager = load_model(dir, Device::Cuda, precision);
-  unsetenv("STRATA_CUDA_GRAPHS");
+  const Model eager = load_model(dir, Device::Cuda, precision, CudaSwitches{.graphs = false});
   const Model graphed = load_model(dir, Device::Cuda, precision);
   const int64_t vocab = eager.config().vocab_size;
   const std::vector<int64_t> lens = {5, 131, 1000};

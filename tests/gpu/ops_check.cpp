@@ -813,11 +813,11 @@ void check_sample_rows_on_host(int64_t vocab) {
 // float operations in the same order.
 void check_penalties(int64_t vocab) {
   using strata::cuda::PenaltyEntry;
-  std::mt19937 rng(31);
+  std::mt19937 gen(31);
   std::normal_distribution<float> normal(0.0f, 3.0f);
   const int rows = 4;
   std::vector<float> logits(static_cast<size_t>(rows * vocab));
-  for (float& l : logits) l = normal(rng);
+  for (float& l : logits) l = normal(gen);
   std::vector<float> want = logits;
   std::vector<PenaltyEntry> repetition, subtract;
   for (int r = 0; r < rows; ++r) {

@@ -1,7 +1,5 @@
 // The CUDA ForwardRunner: forward.h over CudaBackend, with the weights on the GPU and each sequence's fixed state in
 // one device block.
-#include <cstdlib>
-
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "model/deepseek_v4/model.h"
@@ -16,8 +14,11 @@ cuda::GemmType gemm_type(Precision p) {
 
 class CudaRunner : public ForwardRunner {
  public:
-  CudaRunner(const Model::Parts& p, Precision precision)
-      : p_(p), weights_(p.w, gemm_type(precision), {&p.rope_main.inv_freq, &p.rope_compress.inv_freq}) {
+  CudaRunner(const Model::Parts& p, Precision precision, CudaSwitches cuda)
+      : p_(p),
+        weights_(p.w, gemm_type(precision), {&p.rope_main.inv_freq, &p.rope_compress.inv_freq}),
+        graphs_(cuda.graphs),
+        clock_(cuda.op_times) {
     // Every sequence's block: per layer its window ring, then each compressor's pending and overlap buffers.
     int64_t at = 0;
     for (const LayerWeights& l : p.w.layers) {
@@ -98,17 +99,17 @@ class CudaRunner : public ForwardRunner {
   cudaStream_t stream_ = nullptr;
   std::vector<cuda::LayerOffsets> layout_;
   int64_t block_floats_ = 0;
-  cuda::OpClock clock_{std::getenv("STRATA_CUDA_OP_TIMES") != nullptr};
+  cuda::OpClock clock_;
 };
 
 }  // namespace
 
-std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts& parts, Precision precision) {
+std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts& parts, Precision precision, CudaSwitches cuda) {
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
   if (e != cudaSuccess || devices == 0)
     fail("--device cuda: no usable CUDA device (", e != cudaSuccess ? cudaGetErrorString(e) : "none found", ")");
-  return std::make_unique<CudaRunner>(parts, precision);
+  return std::make_unique<CudaRunner>(parts, precision, cuda);
 }
 
 std::string cuda_device_name() {

@@ -61,7 +61,7 @@ std::string OpClock::report() const {
     return ka != kb ? ka < kb : a.second.gpu_ms > b.second.gpu_ms;
   });
   std::string out =
-      "CUDA op times (STRATA_CUDA_OP_TIMES): GPU time between the op's events, and the host's time inside the op\n";
+      "CUDA op times (--cuda-op-times): GPU time between the op's events, and the host's time inside the op\n";
   char line[200];
   for (const auto& [op, t] : rows) {
     std::snprintf(line, sizeof line, "  %-36s %8lld calls  GPU %11.3f ms %9.1f us/call  host %9.3f ms\n", op.c_str(),

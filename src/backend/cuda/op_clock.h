@@ -1,5 +1,5 @@
 #pragma once
-// Where a CUDA forward spends its time, op by op (STRATA_CUDA_OP_TIMES=1): CUDA events around each backend op,
+// Where a CUDA forward spends its time, op by op (--cuda-op-times): CUDA events around each backend op,
 // read after the step's final synchronisation (no extra syncs), and the host's own time inside the op (launches,
 // uploads, waits), summed per op and reported when the model goes away. Steps of more than kDecodeRows rows count
 // as prefill, the others as decode by their row count, so one bench run separates them. Off by default: then a

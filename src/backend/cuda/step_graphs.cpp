@@ -1,14 +1,8 @@
 #include "backend/cuda/step_graphs.h"
 
-#include <cstdlib>
-#include <cstring>
-
 namespace strata::cuda {
 
-StepGraphs::StepGraphs() {
-  const char* env = std::getenv("STRATA_CUDA_GRAPHS");
-  enabled_ = !(env && std::strcmp(env, "0") == 0);
-}
+StepGraphs::StepGraphs(bool enabled) : enabled_(enabled) {}
 
 StepGraphs::~StepGraphs() { clear(); }
 

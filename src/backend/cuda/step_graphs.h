@@ -20,8 +20,8 @@ namespace strata::cuda {
 
 class StepGraphs {
  public:
-  // STRATA_CUDA_GRAPHS=0 in the environment turns recording off (for comparisons); on otherwise.
-  StepGraphs();
+  // Disabled (--cuda-graphs off, for comparisons), every step runs eagerly.
+  explicit StepGraphs(bool enabled);
   ~StepGraphs();
   StepGraphs(const StepGraphs&) = delete;
   StepGraphs& operator=(const StepGraphs&) = delete;

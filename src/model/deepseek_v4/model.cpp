@@ -39,7 +39,7 @@ bool cuda_available() {
 }
 
 #ifndef STRATA_WITH_CUDA
-std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts&, Precision) {
+std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts&, Precision, CudaSwitches) {
   fail("this strata was built without the CUDA backend");
 }
 std::string cuda_device_name() { return ""; }
@@ -151,14 +151,14 @@ CompressorState make_compressor_state(const CompressorWeights& w, EntryPageArena
 
 }  // namespace
 
-Model::Model(ModelConfig config, ModelWeights weights, Device device, Precision precision)
+Model::Model(ModelConfig config, ModelWeights weights, Device device, Precision precision, CudaSwitches cuda)
     : parts_(std::make_unique<Parts>()), device_(device), precision_(precision) {
   parts_->rope_main = make_rope_table(config.rope_main, config.head_dim);
   parts_->rope_compress = make_rope_table(config.rope_compress, config.head_dim);
   parts_->cfg = std::move(config);
   parts_->w = std::move(weights);
   if (device == Device::Cpu) dequantize_head(parts_->w);
-  runner_ = device == Device::Cuda ? make_cuda_runner(*parts_, precision) : std::make_unique<CpuRunner>(*parts_);
+  runner_ = device == Device::Cuda ? make_cuda_runner(*parts_, precision, cuda) : std::make_unique<CpuRunner>(*parts_);
 }
 
 Model::~Model() = default;
@@ -282,11 +282,11 @@ std::vector<Mat> Model::forward_batch(std::vector<SequenceChunk>& chunks, const 
   return out;
 }
 
-Model load_model(const std::string& dir, Device device, Precision precision) {
+Model load_model(const std::string& dir, Device device, Precision precision, CudaSwitches cuda) {
   ModelConfig cfg = load_config(dir);
   auto store = std::make_shared<TensorStore>(TensorStore::open(dir));
   ModelWeights weights = load_weights(cfg, store);
-  return Model(std::move(cfg), std::move(weights), device, precision);
+  return Model(std::move(cfg), std::move(weights), device, precision, cuda);
 }
 
 }  // namespace strata::model::v4

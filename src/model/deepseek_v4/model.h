@@ -24,6 +24,11 @@ enum class Device { Cpu, Cuda };
 // their activations per row and 128 columns to e4m3 (DeepSeek's recipe), decode-sized ones dequantize the weights
 // in registers against bf16 activations; every other matrix is bf16. The CPU backend is always fp32.
 enum class Precision { Bf16, Fp32, Fp8 };
+// Switches of the CUDA backend, set by flags (--cuda-graphs, --cuda-op-times), never by the environment.
+struct CudaSwitches {
+  bool graphs = true;     // decode steps recorded once and replayed as CUDA graphs (step_graphs.h)
+  bool op_times = false;  // CUDA events around every backend op, a table at exit (op_clock.h); slows every step
+};
 Precision parse_precision(const std::string& name);  // "bf16", "fp32" or "fp8"
 const char* precision_name(Precision p);
 // "cpu" or "cuda"; anything else is an error naming the value. "cuda" in a build without CUDA is an error too.
@@ -54,7 +59,8 @@ class ForwardRunner {
 
 class Model {
  public:
-  Model(ModelConfig config, ModelWeights weights, Device device = Device::Cpu, Precision precision = Precision::Bf16);
+  Model(ModelConfig config, ModelWeights weights, Device device = Device::Cpu, Precision precision = Precision::Bf16,
+        CudaSwitches cuda = {});
   ~Model();
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
@@ -111,9 +117,10 @@ class Model {
 
 // Reads config.json and the safetensors of a checkpoint directory and checks every tensor; `device` picks the
 // backend (cuda uploads the weights to the GPU) and `precision` its matrix arithmetic.
-Model load_model(const std::string& dir, Device device = Device::Cpu, Precision precision = Precision::Bf16);
+Model load_model(const std::string& dir, Device device = Device::Cpu, Precision precision = Precision::Bf16,
+                 CudaSwitches cuda = {});
 
 // The CUDA runner (backend/cuda), defined only in builds with CUDA.
-std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts& parts, Precision precision);
+std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts& parts, Precision precision, CudaSwitches cuda);
 
 }  // namespace strata::model::v4
