@@ -8,6 +8,7 @@
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/deepseek_v4/fingerprint.h"
 #include "model/deepseek_v4/forward.h"
 #include "model/deepseek_v4/rope.h"
 #include "model/deepseek_v4/state.h"
@@ -75,6 +76,9 @@ class Model {
   // pages of `to`'s own arena; false (and `to` left reset) when that arena lacks the pages.
   bool copy_state(const SequenceState& from, SequenceState& to) const;
 
+  // What decides this model's numbers, hashed (fingerprint.h); computed on first use: it reads every weight byte.
+  ModelFingerprint fingerprint() const;
+
   // Runs `tokens` at positions state.num_tokens, state.num_tokens + 1, … and advances the state.
   // Returns logits [tokens.size(), vocab] when all_logits, else only the last token's [1, vocab].
   // `observe`, if given, sees the residual streams [tokens, hc·hidden] after every layer (for debugging parity).
@@ -101,6 +105,7 @@ class Model {
   Device device_ = Device::Cpu;
   Precision precision_ = Precision::Bf16;
   std::unique_ptr<ForwardRunner> runner_;
+  std::unique_ptr<LazyFingerprint> fingerprint_ = std::make_unique<LazyFingerprint>();
 };
 
 // Reads config.json and the safetensors of a checkpoint directory and checks every tensor; `device` picks the
