@@ -61,8 +61,9 @@ class SnapshotWriter {
 };
 
 // Restores a snapshot into `into` (a state of `model`, e.g. a StatePool slot), piece by piece: the header, then the
-// layers in order. Every bad piece is an Error naming what is wrong and where; after an error, or when the reader
-// goes away before the last layer arrived, `into` is reset. Compressed entries take pages from `into`'s arena.
+// layers in order. Every bad piece is an Error naming what is wrong and where; after an error `into` is reset and
+// the reader expects a header again, and a reader that goes away before the last layer arrived resets `into` too.
+// Compressed entries take pages from `into`'s arena.
 class SnapshotReader {
  public:
   SnapshotReader(const Model& model, SequenceState& into);  // resets `into`
