@@ -1,7 +1,8 @@
 // The whole V4 forward on the CUDA backend against the CPU reference, on the GPU machine (tests/gpu/run.sh).
 // For each checkpoint given: a prompt crossing every window and compression boundary, prefilled whole and in
 // chunks, then greedy decode steps; and three sequences batched in one StatePool against solo runs, with twins of
-// the last that ask only for the device's greedy pick and for its random pick (sampling.cu).
+// the last that ask only for the device's greedy pick and for its random pick (sampling.cu); and a state snapshot
+// restored into a fresh device state, which must decode to the same bits (and which the CPU model must refuse).
 // Reports ‖Δ‖/‖ref‖ over logits rows and how many greedy tokens agree; the per-layer residual streams of the first
 // step show where the two backends part. Exit status: 0 pass, 1 fail, 2 error.
 //
@@ -312,6 +313,39 @@ void check_graphs(const std::string& name, const std::string& dir, Precision pre
               static_cast<long long>(pick_differing), static_cast<long long>(replayed), ok ? "PASS" : "FAIL");
 }
 
+// State snapshots (state_snapshot.h) on the device: a CUDA state after a 300-token prefill, restored into a fresh
+// CUDA state of the same model, decodes to the very same logits bits and writes the same snapshot afterwards. The
+// CPU model must refuse it: another device and arithmetic give other numbers, hence another fingerprint.
+void check_snapshot(const std::string& name, const Model& cpu, const Model& gpu) {
+  const int64_t vocab = gpu.config().vocab_size, len = 300, steps = 16;
+  SequenceState original = gpu.new_sequence(nullptr, len + steps), restored = gpu.new_sequence(nullptr, len + steps);
+  gpu.forward(prompt_of(len, vocab, 5), original, false);
+  const std::string bytes = gpu.snapshot(original);
+  gpu.restore(bytes, restored);
+  int64_t differing = 0;
+  for (int64_t step = 0; step < steps; ++step) {
+    const std::vector<int32_t> next = prompt_of(1, vocab, 100 + step);
+    const Mat a = gpu.forward(next, original, false), b = gpu.forward(next, restored, false);
+    differing += a.v.size() != b.v.size() || std::memcmp(a.v.data(), b.v.data(), a.v.size() * sizeof(float)) != 0;
+  }
+  const bool same_after = gpu.snapshot(restored) == gpu.snapshot(original);
+  std::string refusal = "accepted";
+  SequenceState on_cpu = cpu.new_sequence();
+  try {
+    cpu.restore(bytes, on_cpu);
+  } catch (const Error& e) {
+    refusal = e.what();
+  }
+  const bool refused = refusal.find("fingerprint") != std::string::npos && on_cpu.num_tokens == 0;
+  const bool ok = differing == 0 && same_after && refused;
+  failures += !ok;
+  std::printf("%-16s %-4s state snapshot (%lld tokens, %zu bytes) restored into a fresh state: %lld/%lld decode steps "
+              "differ in any bit, snapshots after decode %s; CPU restore %s  %s\n",
+              name.c_str(), precision_name(gpu.precision()), static_cast<long long>(len), bytes.size(),
+              static_cast<long long>(differing), static_cast<long long>(steps), same_after ? "equal" : "DIFFER",
+              refused ? "refused (fingerprint)" : ("not refused by fingerprint: " + refusal).c_str(), ok ? "PASS" : "FAIL");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -331,6 +365,7 @@ int main(int argc, char** argv) {
           check_sequence(name, bar, cpu, *gpu, 530, 7, 4);
           check_sequence(name, bar, cpu, *gpu, 530, 64, 4);
           check_batch(name, bar, cpu, *gpu);
+          check_snapshot(name, cpu, *gpu);
         }
         for (const int64_t len : {4, 129, 530}) check_sequence(name + " vs bf16", kFp8Bar, bf16, fp8, len, 0, len == 530 ? 32 : 4);
         continue;
@@ -342,6 +377,7 @@ int main(int argc, char** argv) {
         check_sequence(name, bar, cpu, gpu, 530, 64, 4);
         check_batch(name, bar, cpu, gpu);
         check_graphs(name, dir, bar.precision);
+        check_snapshot(name, cpu, gpu);
       }
     }
   } catch (const std::exception& e) {

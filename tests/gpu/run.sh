@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the CUDA backend on the GPU machine and checks it against the CPU reference: every op on fresh random
 # inputs (strata_gpu_checks), then the whole model (strata_gpu_model_check) on the transformers parity fixtures
-# and a random tiny preset. Usage (repo root, carrying .deps/include, .deps/pcre2 and, for the server, .deps/debs —
-# all made by scripts/device_deps.sh):
+# and a random tiny preset. Usage (repo root, carrying .deps/include, .deps/pcre2, .deps/xxhash and, for the server,
+# .deps/debs — all made by scripts/device_deps.sh):
 #   bash tests/gpu/run.sh [OUTDIR]
 set -euo pipefail
 out=${1:-/tmp}

@@ -19,7 +19,8 @@ class CudaRunner : public ForwardRunner {
         weights_(p.w, gemm_type(precision), {&p.rope_main.inv_freq, &p.rope_compress.inv_freq}),
         graphs_(cuda.graphs),
         clock_(cuda.op_times) {
-    // Every sequence's block: per layer its window ring, then each compressor's pending and overlap buffers.
+    // Every sequence's block: per layer its window ring, then each compressor's pending and overlap buffers. State
+    // snapshots (model/deepseek_v4/state_snapshot.cpp, device_layout) find the buffers by this same order.
     int64_t at = 0;
     for (const LayerWeights& l : p.w.layers) {
       cuda::LayerOffsets o;
@@ -79,6 +80,13 @@ class CudaRunner : public ForwardRunner {
 
   void copy_floats(float* dst, const float* src, int64_t n) override {
     STRATA_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice));
+  }
+
+  void to_host(float* dst, const float* src, int64_t n) override {
+    STRATA_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  void from_host(float* dst, const float* src, int64_t n) override {
+    STRATA_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyHostToDevice));
   }
 
   std::shared_ptr<float> allocate_entry_storage(int64_t floats) override {

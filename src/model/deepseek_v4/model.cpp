@@ -133,6 +133,8 @@ class CpuRunner : public ForwardRunner {
     return std::shared_ptr<float>(new float[static_cast<size_t>(floats)](), std::default_delete<float[]>());
   }
   void copy_floats(float* dst, const float* src, int64_t n) override { std::copy(src, src + n, dst); }
+  void to_host(float* dst, const float* src, int64_t n) override { std::copy(src, src + n, dst); }
+  void from_host(float* dst, const float* src, int64_t n) override { std::copy(src, src + n, dst); }
 
  private:
   const Model::Parts& p_;

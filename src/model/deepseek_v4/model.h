@@ -4,10 +4,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/deepseek_v4/fingerprint.h"
 #include "model/deepseek_v4/forward.h"
 #include "model/deepseek_v4/rope.h"
 #include "model/deepseek_v4/state.h"
@@ -50,6 +52,9 @@ class ForwardRunner {
   virtual std::shared_ptr<float> allocate_entry_storage(int64_t floats) = 0;
   // dst[0, n) = src[0, n) for memory of this backend's device (entry pages, device state).
   virtual void copy_floats(float* dst, const float* src, int64_t n) = 0;
+  // Between host memory and this backend's device memory (state snapshots, state_snapshot.h).
+  virtual void to_host(float* host_dst, const float* device_src, int64_t n) = 0;
+  virtual void from_host(float* device_dst, const float* host_src, int64_t n) = 0;
   // Per layer, how many distinct routed experts the last forward ran (what a step must read of the expert
   // weights: the floor of benchmarks).
   virtual std::vector<int64_t> routed_experts_last_forward() const = 0;
@@ -83,6 +88,14 @@ class Model {
   // pages of `to`'s own arena; false (and `to` left reset) when that arena lacks the pages.
   bool copy_state(const SequenceState& from, SequenceState& to) const;
 
+  // What decides this model's numbers, hashed (fingerprint.h); computed on first use: it reads every weight byte.
+  ModelFingerprint fingerprint() const;
+  // A state as bytes and back (state_snapshot.h: the format, and a streaming writer and reader). restore fills
+  // `into`, a state of this model or of another Model with the same fingerprint, from any pool; on any error it
+  // throws naming the cause and leaves `into` reset.
+  std::string snapshot(const SequenceState& state) const;
+  void restore(std::string_view bytes, SequenceState& into) const;
+
   // Runs `tokens` at positions state.num_tokens, state.num_tokens + 1, … and advances the state.
   // Returns logits [tokens.size(), vocab] when all_logits, else only the last token's [1, vocab].
   // `observe`, if given, sees the residual streams [tokens, hc·hidden] after every layer (for debugging parity).
@@ -113,6 +126,9 @@ class Model {
   Device device_ = Device::Cpu;
   Precision precision_ = Precision::Bf16;
   std::unique_ptr<ForwardRunner> runner_;
+  std::unique_ptr<LazyFingerprint> fingerprint_ = std::make_unique<LazyFingerprint>();
+  friend class SnapshotWriter;  // they move state through runner_
+  friend class SnapshotReader;
 };
 
 // Reads config.json and the safetensors of a checkpoint directory and checks every tensor; `device` picks the

@@ -1,0 +1,394 @@
+#include "model/deepseek_v4/state_snapshot.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+
+namespace strata::model::v4 {
+
+// The format says little-endian; numbers are written as this machine holds them.
+static_assert(std::endian::native == std::endian::little, "state snapshots are written little-endian");
+
+namespace {
+
+constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', '4', 'S'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kPreambleBytes = 16;  // magic, version, reserved
+constexpr size_t kLengthBytes = 8, kChecksumBytes = 8;
+
+std::string hex64(uint64_t v) {
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(v));
+  return out;
+}
+
+std::string layer_where(int64_t l) { return cat("layer ", l, "'s section"); }
+
+// Where the fixed buffers of each layer are: the LayerState's host vectors (CPU), or the state's device block
+// (CUDA), which CudaRunner lays out per layer as the window, then for the compressor and then the indexer: pending
+// kv, pending gate and, with overlap, overlap kv and overlap gate. Writable pointers: only the reader writes.
+struct CompressorBuffers {
+  float *pending_kv = nullptr, *pending_gate = nullptr, *overlap_kv = nullptr, *overlap_gate = nullptr;
+};
+struct LayerBuffers {
+  float* swa = nullptr;
+  CompressorBuffers compressor, indexer;
+};
+
+std::vector<LayerBuffers> fixed_buffers(const Model& model, const SequenceState& s) {
+  const ModelConfig& cfg = model.config();
+  float* block = static_cast<float*>(s.device_state.get());
+  int64_t at = 0;
+  auto place = [&](const std::vector<float>& host, int64_t floats) {
+    if (!block) return const_cast<float*>(host.data());
+    float* p = block + at;
+    at += floats;
+    return p;
+  };
+  std::vector<LayerBuffers> out(s.layers.size());
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    const LayerState& ls = s.layers[l];
+    out[l].swa = place(ls.swa, cfg.sliding_window * cfg.head_dim);
+    for (auto [c, b] : {std::pair{&ls.compressor, &out[l].compressor}, std::pair{&ls.indexer, &out[l].indexer}}) {
+      if (!c->rate) continue;
+      b->pending_kv = place(c->pending_kv, c->rate * c->width);
+      b->pending_gate = place(c->pending_gate, c->rate * c->width);
+      if (c->width == c->dim) continue;
+      b->overlap_kv = place(c->overlap_kv, c->rate * c->dim);
+      b->overlap_gate = place(c->overlap_gate, c->rate * c->dim);
+    }
+  }
+  if (block && at != model.fixed_state_floats())
+    fail("state snapshot: the layers' buffers take ", at, " floats, the device block holds ", model.fixed_state_floats());
+  return out;
+}
+
+void check_state_of(const Model& model, const SequenceState& s, const char* role) {
+  const bool on_device = s.device_state != nullptr;
+  if (static_cast<int64_t>(s.layers.size()) != model.config().num_hidden_layers ||
+      on_device != (model.device() == Device::Cuda))
+    fail("state snapshot: the ", role, " state (", s.layers.size(), " layers, on ", on_device ? "a GPU" : "the host",
+         ") is not a state of this model (", model.config().num_hidden_layers, " layers, ",
+         device_name(model.device()), ")");
+}
+
+class ByteWriter {
+ public:
+  void u32(uint32_t v) { out_.append(reinterpret_cast<const char*>(&v), sizeof v); }
+  void u64(uint64_t v) { out_.append(reinterpret_cast<const char*>(&v), sizeof v); }
+  void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
+  void text(const std::string& s) {
+    u64(s.size());
+    out_ += s;
+  }
+  // n floats of the backend's memory, staged on the host (the string's bytes need not be aligned for floats).
+  void floats(ForwardRunner& runner, const float* src, int64_t n) {
+    if (n == 0) return;
+    staging_.resize(static_cast<size_t>(n));
+    runner.to_host(staging_.data(), src, n);
+    out_.append(reinterpret_cast<const char*>(staging_.data()), static_cast<size_t>(n) * sizeof(float));
+  }
+  // The body written so far as a section: its length, the body, its checksum.
+  std::string section() const {
+    ByteWriter s;
+    s.u64(out_.size());
+    s.out_ += out_;
+    s.u64(XXH3_64bits(out_.data(), out_.size()));
+    return std::move(s.out_);
+  }
+  std::string& bytes() { return out_; }
+
+ private:
+  std::string out_;
+  std::vector<float> staging_;
+};
+
+class ByteReader {
+ public:
+  ByteReader(std::string_view bytes, std::string where) : bytes_(bytes), where_(std::move(where)) {}
+  uint64_t u64() {
+    uint64_t v;
+    std::memcpy(&v, take(sizeof v), sizeof v);
+    return v;
+  }
+  int64_t i64() { return static_cast<int64_t>(u64()); }
+  // A count that must lie in [lo, hi].
+  int64_t count(const char* what, int64_t lo, int64_t hi) {
+    const int64_t v = i64();
+    if (v < lo || v > hi)
+      fail("state snapshot: ", where_, ": ", what, " is ", v, ", expected ", lo == hi ? cat(lo) : cat(lo, "…", hi));
+    return v;
+  }
+  std::string text() {
+    const uint64_t n = u64();
+    if (n > bytes_.size()) short_of(n);
+    return std::string(take(n), n);
+  }
+  // n floats into the backend's memory at dst.
+  void floats(ForwardRunner& runner, float* dst, int64_t n) {
+    if (n == 0) return;
+    staging_.resize(static_cast<size_t>(n));
+    std::memcpy(staging_.data(), take(static_cast<size_t>(n) * sizeof(float)), static_cast<size_t>(n) * sizeof(float));
+    runner.from_host(dst, staging_.data(), n);
+  }
+  void expect_end() const {
+    if (!bytes_.empty()) fail("state snapshot: ", where_, " has ", bytes_.size(), " bytes more than its counts say");
+  }
+
+ private:
+  const char* take(size_t n) {
+    if (n > bytes_.size()) short_of(n);
+    const char* p = bytes_.data();
+    bytes_.remove_prefix(n);
+    return p;
+  }
+  [[noreturn]] void short_of(size_t n) const {
+    fail("state snapshot: ", where_, " ends early: its counts need ", n, " more bytes, ", bytes_.size(), " are left");
+  }
+  std::string_view bytes_;
+  std::string where_;
+  std::vector<float> staging_;
+};
+
+uint64_t load_u64(std::string_view bytes, size_t at) {
+  uint64_t v;
+  std::memcpy(&v, bytes.data() + at, sizeof v);
+  return v;
+}
+
+// A section's body, checked: `piece` must hold exactly the section that starts at `at`.
+std::string_view open_section(std::string_view piece, size_t at, const std::string& where) {
+  if (piece.size() < at + kLengthBytes)
+    fail("state snapshot: truncated in ", where, " (", piece.size() - std::min(piece.size(), at),
+         " bytes, not even its length)");
+  const uint64_t body = load_u64(piece, at);
+  const uint64_t room = piece.size() - at - kLengthBytes;
+  if (body > room || room - body < kChecksumBytes)
+    fail("state snapshot: truncated in ", where, " (has ", piece.size() - at, " of its ",
+         body > UINT64_MAX - kLengthBytes - kChecksumBytes ? std::string("(impossible length)")
+                                                           : std::to_string(body + kLengthBytes + kChecksumBytes),
+         " bytes)");
+  if (room - body > kChecksumBytes)
+    fail("state snapshot: ", where, " is followed by ", room - body - kChecksumBytes, " unexpected bytes");
+  const std::string_view b = piece.substr(at + kLengthBytes, body);
+  const uint64_t stored = load_u64(piece, at + kLengthBytes + body), computed = XXH3_64bits(b.data(), b.size());
+  if (stored != computed)
+    fail("state snapshot: checksum mismatch in ", where, " (stored ", hex64(stored), ", computed ", hex64(computed),
+         "): the bytes were damaged");
+  return b;
+}
+
+}  // namespace
+
+SnapshotWriter::SnapshotWriter(const Model& model, const SequenceState& state) : model_(model), state_(state) {
+  check_state_of(model, state, "snapshot's");
+}
+
+std::string SnapshotWriter::header() const {
+  const ModelConfig& cfg = model_.config();
+  const ModelFingerprint fp = model_.fingerprint();
+  ByteWriter body;
+  body.u64(fp.low);
+  body.u64(fp.high);
+  body.text(model_.fingerprint_->backend);
+  body.i64(state_.num_tokens);
+  body.i64(cfg.sliding_window);
+  body.i64(cfg.head_dim);
+  body.i64(layers());
+  for (const LayerState& l : state_.layers)
+    for (const CompressorState* c : {&l.compressor, &l.indexer}) {
+      body.i64(c->rate);
+      body.i64(c->width);
+      body.i64(c->dim);
+    }
+  ByteWriter out;
+  out.bytes().append(kMagic, sizeof kMagic);
+  out.u32(kVersion);
+  out.u32(0);
+  return out.bytes() + body.section();
+}
+
+std::string SnapshotWriter::layer(int64_t l) const {
+  if (l < 0 || l >= layers()) fail("state snapshot: no layer ", l, " (the model has ", layers(), ")");
+  const ModelConfig& cfg = model_.config();
+  ForwardRunner& runner = *model_.runner_;
+  const LayerBuffers buf = fixed_buffers(model_, state_)[static_cast<size_t>(l)];
+  const LayerState& ls = state_.layers[static_cast<size_t>(l)];
+  ByteWriter body;
+  body.i64(l);
+  const int64_t rows = std::min(state_.num_tokens, cfg.sliding_window);
+  body.i64(rows);
+  body.floats(runner, buf.swa, rows * cfg.head_dim);
+  for (auto [c, b] : {std::pair{&ls.compressor, &buf.compressor}, std::pair{&ls.indexer, &buf.indexer}}) {
+    if (!c->rate) continue;
+    body.i64(c->n_pending);
+    body.i64(c->has_overlap ? 1 : 0);
+    body.i64(c->n_entries);
+    body.floats(runner, b->pending_kv, c->n_pending * c->width);
+    body.floats(runner, b->pending_gate, c->n_pending * c->width);
+    if (c->has_overlap) {
+      body.floats(runner, b->overlap_kv, c->rate * c->dim);
+      body.floats(runner, b->overlap_gate, c->rate * c->dim);
+    }
+    const int64_t per_page = c->entries_per_page();
+    for (int64_t first = 0; first < c->n_entries; first += per_page)
+      body.floats(runner, c->entry(first), std::min(per_page, c->n_entries - first) * c->dim);
+  }
+  return body.section();
+}
+
+std::string SnapshotWriter::all() const {
+  std::string out = header();
+  for (int64_t l = 0; l < layers(); ++l) out += layer(l);
+  return out;
+}
+
+SnapshotReader::SnapshotReader(const Model& model, SequenceState& into) : model_(model), into_(into) {
+  check_state_of(model, into, "restore target");
+  into_.reset();
+}
+
+SnapshotReader::~SnapshotReader() {
+  if (!complete()) into_.reset();  // a stream that broke off leaves no half-restored state behind
+}
+
+std::optional<size_t> SnapshotReader::next_piece_bytes(std::string_view received) const {
+  size_t at = 0;
+  if (!header_taken_) {
+    if (received.size() >= sizeof kMagic && std::memcmp(received.data(), kMagic, sizeof kMagic) != 0)
+      fail("not a Strata state snapshot (its first 8 bytes are not \"STRATA4S\")");
+    if (received.size() >= 12) {
+      uint32_t version;
+      std::memcpy(&version, received.data() + 8, sizeof version);
+      if (version != kVersion)
+        fail("state snapshot: unknown format version ", version, " (this strata reads version ", kVersion, ")");
+    }
+    at = kPreambleBytes;
+  }
+  if (received.size() < at + kLengthBytes) return std::nullopt;
+  const uint64_t body = load_u64(received, at);
+  if (body > UINT64_MAX / 2) fail("state snapshot: ", header_taken_ ? layer_where(next_layer_) : "the header",
+                                  " claims an impossible length of ", body, " bytes");
+  return at + kLengthBytes + body + kChecksumBytes;
+}
+
+void SnapshotReader::take(std::string_view piece) {
+  try {
+    if (complete()) fail("state snapshot: a piece after the last layer's section");
+    if (!header_taken_) {
+      next_piece_bytes(piece);  // the magic and the version, with their own errors
+      take_header(open_section(piece, kPreambleBytes, "the header"));
+    } else {
+      take_layer(open_section(piece, 0, layer_where(next_layer_)));
+    }
+  } catch (...) {
+    into_.reset();
+    header_taken_ = false;
+    next_layer_ = 0;
+    throw;
+  }
+}
+
+void SnapshotReader::take_all(std::string_view bytes) {
+  try {
+    while (!complete()) {
+      const std::optional<size_t> size = next_piece_bytes(bytes);
+      if (!size || *size > bytes.size())
+        fail("state snapshot: truncated in ", header_taken_ ? layer_where(next_layer_) : "the header", " (has ",
+             bytes.size(), size ? cat(" of its ", *size) : std::string(), " bytes)");
+      take(bytes.substr(0, *size));
+      bytes.remove_prefix(*size);
+    }
+    if (!bytes.empty()) fail("state snapshot: ", bytes.size(), " unexpected bytes after the last layer's section");
+  } catch (...) {
+    into_.reset();
+    throw;
+  }
+}
+
+void SnapshotReader::take_header(std::string_view body) {
+  const ModelConfig& cfg = model_.config();
+  ByteReader r(body, "the header");
+  ModelFingerprint theirs;
+  theirs.low = r.u64();
+  theirs.high = r.u64();
+  const std::string their_backend = r.text();
+  const ModelFingerprint ours = model_.fingerprint();
+  if (theirs != ours)
+    fail("snapshot was made by model fingerprint ", theirs.hex(), " (", their_backend, "), this model is ", ours.hex(),
+         " (", model_.fingerprint_->backend, "): a state restores only into the same checkpoint on the same backend");
+  num_tokens_ = r.count("num_tokens", 0, INT64_MAX / 2);
+  const int64_t window = r.i64(), head_dim = r.i64(), layers = r.i64();
+  if (window != cfg.sliding_window || head_dim != cfg.head_dim)
+    fail("state snapshot: its sliding window is ", window, " × ", head_dim, ", this model's ", cfg.sliding_window,
+         " × ", cfg.head_dim);
+  if (layers != static_cast<int64_t>(into_.layers.size()))
+    fail("state snapshot: it has ", layers, " layers, the restore target ", into_.layers.size());
+  for (size_t l = 0; l < into_.layers.size(); ++l)
+    for (const auto& [c, name] : {std::pair{&into_.layers[l].compressor, "compressor"},
+                                  std::pair{&into_.layers[l].indexer, "indexer's compressor"}}) {
+      const int64_t rate = r.i64(), width = r.i64(), dim = r.i64();
+      if (rate != c->rate || width != c->width || dim != c->dim)
+        fail("state snapshot: layer ", l, "'s ", name, " has rate, width, dim ", rate, ", ", width, ", ", dim,
+             " in the snapshot and ", c->rate, ", ", c->width, ", ", c->dim, " in the restore target");
+    }
+  r.expect_end();
+  header_taken_ = true;
+}
+
+void SnapshotReader::take_layer(std::string_view body) {
+  const ModelConfig& cfg = model_.config();
+  ForwardRunner& runner = *model_.runner_;
+  const int64_t l = next_layer_;
+  ByteReader r(body, layer_where(l));
+  const int64_t index = r.i64();
+  if (index != l) fail("state snapshot: expected layer ", l, "'s section, found layer ", index, "'s");
+  const LayerBuffers buf = fixed_buffers(model_, into_)[static_cast<size_t>(l)];
+  LayerState& ls = into_.layers[static_cast<size_t>(l)];
+  const int64_t rows = std::min(num_tokens_, cfg.sliding_window);
+  r.count("the window's row count", rows, rows);
+  r.floats(runner, buf.swa, rows * cfg.head_dim);
+  for (auto [c, b] : {std::pair{&ls.compressor, &buf.compressor}, std::pair{&ls.indexer, &buf.indexer}}) {
+    if (!c->rate) continue;
+    // Every token enters the open window; each full window closes into one entry.
+    const int64_t n_pending = r.count("a compressor's pending tokens", num_tokens_ % c->rate, num_tokens_ % c->rate);
+    const int64_t has_overlap = r.count("a compressor's overlap flag", 0, c->width != c->dim ? 1 : 0);
+    const int64_t n_entries = r.count("a compressor's entry count", num_tokens_ / c->rate, num_tokens_ / c->rate);
+    r.floats(runner, b->pending_kv, n_pending * c->width);
+    r.floats(runner, b->pending_gate, n_pending * c->width);
+    if (has_overlap) {
+      r.floats(runner, b->overlap_kv, c->rate * c->dim);
+      r.floats(runner, b->overlap_gate, c->rate * c->dim);
+    }
+    const int64_t held = static_cast<int64_t>(c->pages.size()), free_pages = c->arena->free_pages();
+    if (!c->ensure_room(n_entries))
+      fail("state snapshot: the restore target's arena is out of pages: layer ", l, " needs ",
+           (n_entries + c->entries_per_page() - 1) / c->entries_per_page() - held, " more for its ", n_entries,
+           " entries, ", free_pages, " are free");
+    const int64_t per_page = c->entries_per_page();
+    for (int64_t first = 0; first < n_entries; first += per_page)
+      r.floats(runner, c->arena->page(c->pages[static_cast<size_t>(first / per_page)]),
+               std::min(per_page, n_entries - first) * c->dim);
+    c->n_pending = n_pending;
+    c->has_overlap = has_overlap != 0;
+    c->n_entries = n_entries;
+  }
+  r.expect_end();
+  if (++next_layer_ == static_cast<int64_t>(into_.layers.size())) into_.num_tokens = num_tokens_;
+}
+
+std::string Model::snapshot(const SequenceState& state) const { return SnapshotWriter(*this, state).all(); }
+
+void Model::restore(std::string_view bytes, SequenceState& into) const {
+  SnapshotReader reader(*this, into);
+  reader.take_all(bytes);
+}
+
+}  // namespace strata::model::v4

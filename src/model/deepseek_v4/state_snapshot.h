@@ -1,0 +1,93 @@
+#pragma once
+// A sequence's V4 state as bytes: what a KV store saves and a prefill server ships to a decode server. The bytes
+// restore into any slot of another engine whose model has the same fingerprint (fingerprint.h), which then
+// continues with the same logits, bit for bit. The format is a header and one section per layer, so a transfer can
+// stream it: SnapshotWriter makes the pieces one by one, SnapshotReader takes them in order as they arrive.
+//
+// Byte format, version 1. Integers and floats little-endian, exactly as this (little-endian) machine writes them;
+// a big-endian build does not compile (static_assert in the .cpp). i64/u64 = 8 bytes, u32 = 4, f32 = 4.
+//
+//   piece 0, the header:
+//     u8[8]  magic "STRATA4S"
+//     u32    format version (1)
+//     u32    0 (reserved)
+//     section: the header body (below)
+//   pieces 1 … layer_count: one section per layer, layer 0 first.
+//
+//   section: u64 body_bytes, then body_bytes bytes of body, then u64 XXH3-64 (seed 0) of the body.
+//
+//   header body:
+//     u64 fingerprint low half, u64 fingerprint high half  (the XXH3-128 of the model that made the snapshot)
+//     u64 n, then n bytes: that model's backend label (backend_label, e.g. "cuda bf16 NVIDIA H200"; for messages)
+//     i64 num_tokens                      positions consumed; the next token gets this position
+//     i64 sliding_window, i64 head_dim    the sliding window's shape
+//     i64 layer_count
+//     per layer, for its compressor then its indexer's compressor (all 0 where the layer has none):
+//       i64 rate, i64 width, i64 dim      width = channels per pending token (2·dim with CSA's overlap)
+//
+//   layer body:
+//     i64 layer index
+//     i64 window_rows = min(num_tokens, sliding_window); f32[window_rows · head_dim]: ring slots 0 … window_rows-1
+//     for its compressor then its indexer's compressor, each only where the layer has it:
+//       i64 n_pending, i64 has_overlap (0 or 1), i64 n_entries
+//       f32[n_pending · width] pending kv, f32[n_pending · width] pending gate   (the open window's tokens)
+//       if has_overlap: f32[rate · dim] overlap kv, f32[rate · dim] overlap gate
+//       f32[n_entries · dim] compressed entries, entry 0 first
+//
+// Only rows that the forward pass reads are written, so the bytes are a function of the token prefix alone
+// (whatever a reused slot held before), and two engines that agree on the prefix write the same snapshot.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "model/deepseek_v4/model.h"
+#include "model/deepseek_v4/state.h"
+
+namespace strata::model::v4 {
+
+// Makes the pieces of one state's snapshot. The state must not advance while pieces are being made.
+class SnapshotWriter {
+ public:
+  SnapshotWriter(const Model& model, const SequenceState& state);
+  int64_t layers() const { return static_cast<int64_t>(state_.layers.size()); }
+  std::string header() const;          // piece 0
+  std::string layer(int64_t l) const;  // piece 1 + l
+  std::string all() const;             // every piece, in order
+
+ private:
+  const Model& model_;
+  const SequenceState& state_;
+};
+
+// Restores a snapshot into `into` (a state of `model`, e.g. a StatePool slot), piece by piece: the header, then the
+// layers in order. Every bad piece is an Error naming what is wrong and where; after an error `into` is reset and
+// the reader expects a header again, and a reader that goes away before the last layer arrived resets `into` too.
+// Compressed entries take pages from `into`'s arena.
+class SnapshotReader {
+ public:
+  SnapshotReader(const Model& model, SequenceState& into);  // resets `into`
+  ~SnapshotReader();
+  SnapshotReader(const SnapshotReader&) = delete;
+  SnapshotReader& operator=(const SnapshotReader&) = delete;
+
+  // For a stream: the size of the next piece, given the bytes received from its start on (nullopt while too few
+  // have arrived to tell: 24 for the header, 8 for a layer).
+  std::optional<size_t> next_piece_bytes(std::string_view received) const;
+  void take(std::string_view piece);  // exactly one piece
+  bool complete() const { return header_taken_ && next_layer_ == static_cast<int64_t>(into_.layers.size()); }
+
+  // The whole snapshot at once: splits `bytes` into pieces (truncated or trailing bytes are errors) and takes them.
+  void take_all(std::string_view bytes);
+
+ private:
+  void take_header(std::string_view body);
+  void take_layer(std::string_view body);
+
+  const Model& model_;
+  SequenceState& into_;
+  bool header_taken_ = false;
+  int64_t next_layer_ = 0, num_tokens_ = 0;
+};
+
+}  // namespace strata::model::v4
