@@ -10,6 +10,9 @@
 // it (legacy keys folded in, defaults filled, lists truncated), but strict where transformers only warns: every
 // wrong type, unknown key or inconsistent size is a strata::Error naming the field, so a bad file fails at load time
 // rather than as a shape mismatch deep inside the model.
+//
+// The parser is split by topic (RoPE/YaRN in config_rope.cpp, layer schedules in config_layer_types.cpp, ...);
+// model/config_sections.h lists the parts in the order config.cpp runs them.
 namespace strata::model {
 
 enum class AttentionType { Sliding, CompressedSparse, HeavilyCompressed };
