@@ -6,7 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <string_view>
+#include <optional>
 
 #include "core/error.h"
 #include "model/config_sections.h"
@@ -17,20 +17,35 @@ using nlohmann::json;
 
 namespace {
 
-constexpr std::string_view kModelType = "deepseek_v4";
+// DeepSeek's inference/config.json (the ModelArgs of its reference inference code) has no model_type and other
+// key names ("dim", "n_layers", ...); say so rather than only "missing".
+std::string missing_model_type_hint(const json& j) {
+  for (const char* key : {"dim", "n_layers", "n_heads"})
+    if (j.contains(key))
+      return cat("; this looks like DeepSeek's inference/config.json (it has '", key,
+                 "'): Strata reads the Hugging Face config.json that ships next to the weights");
+  return "";
+}
+
+// model_type decides which model the rest of the file describes, so it is read before anything else.
+void read_model_type(const config_json::ConfigReader& r, const json& j, ModelConfig& c) {
+  const json* model_type = config_json::find(j, "model_type");
+  if (!model_type)
+    r.bad("model_type", "missing; expected '", model_type_of(ModelVariant::DeepSeekV4), "'", missing_model_type_hint(j));
+  c.model_type = r.as_string(*model_type, "model_type");
+  const std::optional<ModelVariant> variant = model_variant_for(c.model_type);
+  if (!variant) r.bad("model_type", unsupported_model_type_reason(c.model_type));
+  c.variant = *variant;
+}
 
 ModelConfig parse(const json& j, const std::string& source) {
   using namespace config_json;
   const ConfigReader r{source};
   if (!j.is_object()) fail(source, ": expected a JSON object at the top level, found ", describe(j));
 
-  const json* model_type = find(j, "model_type");
-  if (!model_type) r.bad("model_type", "missing; expected '", kModelType, "'");
-  const std::string mt = r.as_string(*model_type, "model_type");
-  if (mt != kModelType) r.bad("model_type", "expected '", kModelType, "', found '", mt, "'");
-  check_known_keys(r, j);
-
   ModelConfig c;
+  read_model_type(r, j, c);
+  check_known_keys(r, j);
   read_dimensions(r, j, c);
   read_moe(r, j, c);
   read_weight_formats(r, j, c);
@@ -67,7 +82,7 @@ json config_to_json(const ModelConfig& c) {
     return arr;
   };
   json j = {
-      {"model_type", std::string(kModelType)},
+      {"model_type", c.model_type},
       {"architectures", json::array({"DeepseekV4ForCausalLM"})},
       {"vocab_size", c.vocab_size},
       {"hidden_size", c.hidden_size},
