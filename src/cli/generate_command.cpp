@@ -30,6 +30,7 @@
 #include "model/deepseek_v4/model.h"
 #include "model/safetensors.h"
 #include "text/chat_encoding.h"
+#include "text/chat_request.h"
 #include "text/detokenizer.h"
 #include "text/output_parser.h"
 #include "text/tokenizer.h"

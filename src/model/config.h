@@ -6,10 +6,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/model_variant.h"
+
 // DeepSeek-V4 `config.json`, parsed and validated the way transformers 5.17 `DeepseekV4Config.__post_init__` reads
 // it (legacy keys folded in, defaults filled, lists truncated), but strict where transformers only warns: every
 // wrong type, unknown key or inconsistent size is a strata::Error naming the field, so a bad file fails at load time
 // rather than as a shape mismatch deep inside the model.
+//
+// The parser is split by topic (RoPE/YaRN in config_rope.cpp, layer schedules in config_layer_types.cpp, ...);
+// model/config_sections.h lists the parts in the order config.cpp runs them.
 namespace strata::model {
 
 enum class AttentionType { Sliding, CompressedSparse, HeavilyCompressed };
@@ -60,6 +65,11 @@ std::vector<AttentionType> default_layer_types(int64_t num_hidden_layers);  // 2
 std::vector<MlpType> default_mlp_layer_types(int64_t num_hidden_layers, int64_t num_hash_layers = 3);
 
 struct ModelConfig {
+  // Which model the file describes (model/model_variant.h): config.json's model_type, as the file spells it, and
+  // the variant it names. Only DeepSeek-V4 is parsed today; other model types are refused by name.
+  ModelVariant variant = ModelVariant::DeepSeekV4;
+  std::string model_type = "deepseek_v4";
+
   int64_t vocab_size = 129280, hidden_size = 4096, moe_intermediate_size = 2048, num_hidden_layers = 43,
           num_attention_heads = 64, num_key_value_heads = 1, head_dim = 512, q_lora_rank = 1024,
           num_experts_per_tok = 6, n_routed_experts = 256, n_shared_experts = 1, max_position_embeddings = 1048576;
@@ -97,7 +107,7 @@ struct ModelConfig {
 
 ModelConfig parse_config(const nlohmann::json& j);  // throws strata::Error naming the field on bad input
 ModelConfig load_config(const std::string& path);   // a config.json file or a directory holding one
-// Canonical config.json: model_type deepseek_v4, nested rope_parameters, explicit layer_types / mlp_layer_types /
+// Canonical config.json: the config's model_type, nested rope_parameters, explicit layer_types / mlp_layer_types /
 // compress_rates. parse_config(config_to_json(c)) == c for any parsed c.
 nlohmann::json config_to_json(const ModelConfig& c);
 

@@ -18,7 +18,7 @@
 
 #include "core/error.h"
 #include "engine/sampling_params.h"
-#include "text/chat_encoding.h"
+#include "text/chat_request.h"
 
 namespace strata::server {
 

@@ -1,6 +1,9 @@
 #pragma once
 // DeepSeek-V4 chat encoding: an OpenAI chat-completions request body in, the V4 prompt out.
 //
+// This file is the encoding itself: a checked request (text/chat_request.h) rendered into prompt pieces. The
+// JSON inside the prompt is spelled by text/python_json.h.
+//
 // The prompt format is the one of deepseek-ai's reference encoder `encoding/encoding_dsv4.py` (shipped with the
 // V4 checkpoints; SGLang and vLLM carry it as `encoding_dsv4.py` / `deepseek_v4_encoding.py`). In short:
 //
@@ -22,6 +25,10 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+// The request side (ChatRequestOptions, ReasoningEffort, ToolChoice) comes along: every caller that encodes a
+// request also hands its options to the output parser.
+#include "text/chat_request.h"
 
 namespace strata::text {
 
@@ -49,33 +56,16 @@ inline constexpr std::string_view kDsml = "｜DSML｜";  // DSML tags are "<" + 
 // All of the above, in that order.
 const std::vector<std::string_view>& v4_control_spellings();
 
-// `reasoning_effort` as the V4 encoder knows it: only kMax changes the prompt (a preamble in thinking mode).
-enum class ReasoningEffort { kDefault, kHigh, kMax };
-enum class ToolChoice { kAuto, kNone, kRequired, kFunction };
-
-// What a request asks of the encoding and of the output side (parser, grammar), parsed and validated.
-struct ChatRequestOptions {
-  bool thinking = false;  // chat_template_kwargs.thinking (or .enable_thinking): "<think>" vs "</think>"
-  ReasoningEffort reasoning_effort = ReasoningEffort::kDefault;
-  std::vector<std::string> tool_names;          // tools[i].function.name, in order
-  ToolChoice tool_choice = ToolChoice::kAuto;   // kNone when there are no tools and tool_choice is absent
-  std::string tool_choice_function;             // the forced function's name for kFunction
-  bool json_response = false;                   // response_format json_object / json_schema
-};
-
-// Validates the request and returns its options. Bad requests throw strata::Error naming the field.
-ChatRequestOptions chat_request_options(const nlohmann::ordered_json& request);
-
-// Parses an OpenAI chat-completions request body (messages, tools, tool_choice, response_format,
-// reasoning_effort, chat_template_kwargs.thinking) and renders the V4 prompt. Bad requests throw strata::Error
-// naming the field (e.g. "messages[2].tool_calls[0].function.arguments: not valid JSON ...").
+// Reads an OpenAI chat-completions request body (text/chat_request.h: messages, tools, tool_choice,
+// response_format, reasoning_effort, chat_template_kwargs.thinking) and renders the V4 prompt. Bad requests throw
+// strata::Error naming the field (e.g. "messages[2].tool_calls[0].function.arguments: not valid JSON ...").
 //
 // Takes ordered_json because the prompt embeds tool schemas and response_format schemas serialized in the order
 // the client wrote their keys (as the reference's json.dumps does); a nlohmann::json converts implicitly but has
 // its keys sorted.
 std::vector<PromptPiece> encode_chat_v4(const nlohmann::ordered_json& request);
 
-// The same, from the request body's text; malformed JSON is a strata::Error.
+// The same, from the request body's text; malformed JSON is a strata::Error (parse_chat_request_body).
 std::vector<PromptPiece> encode_chat_v4_text(std::string_view request_body);
 
 // The prompt as one string: the pieces concatenated.
@@ -86,10 +76,5 @@ std::string render_prompt(const std::vector<PromptPiece>& pieces);
 // whole (as the reference does) whenever the conversation's text holds no special spelling. Throws strata::Error
 // if a control spelling is not a single token of `tokenizer` (e.g. "<think>" with a pre-V4 tokenizer.json).
 std::vector<int32_t> prompt_ids(const Tokenizer& tokenizer, const std::vector<PromptPiece>& pieces);
-
-// `value` serialized exactly as Python's json.dumps(value, ensure_ascii=False) does with default separators
-// (", " and ": "), keys in their order, floats as Python's repr. The reference encoder renders tool schemas,
-// response formats and non-string tool arguments this way.
-std::string python_json_dumps(const nlohmann::ordered_json& value);
 
 }  // namespace strata::text

@@ -16,8 +16,9 @@ python/sglang/srt/entrypoints/openai/encoding_dsv4.py) at .deps/reference/encodi
 
 How a request maps onto the reference's inputs
 ==============================================
-This mapping is ours (the reference takes a message list, not an OpenAI request); src/text/chat_encoding.cpp
-implements the same, and rejects what `to_reference_inputs` rejects. It follows what SGLang's and vLLM's
+This mapping is ours (the reference takes a message list, not an OpenAI request); src/text/chat_request.cpp
+(reading the request) and src/text/chat_encoding.cpp (turns, rendering) implement the same, and reject what
+`to_reference_inputs` rejects. It follows what SGLang's and vLLM's
 OpenAI servers do for V4 where they agree, and says where it differs.
 
 * messages (required, non-empty). Roles system, developer, user, assistant, tool; any other role is an error.

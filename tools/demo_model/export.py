@@ -144,7 +144,7 @@ def save_official(official, out_dir):
 
 def write_config(config, out_dir):
     """config.json from transformers' own serialisation, keeping only keys Strata accepts (reported)."""
-    config_cpp = os.path.join(REPO, "src", "model", "config.cpp")
+    config_cpp = os.path.join(REPO, "src", "model", "config_keys.cpp")
     accepted = mc.strata_config_keys(config_cpp) if os.path.exists(config_cpp) else None
     cfg, dropped = mc.strata_config(config.to_dict(), accepted)
     with open(os.path.join(out_dir, "config.json"), "w") as f:

@@ -280,7 +280,7 @@ def stacked_expert_names(layer):
 
 
 def strata_config_keys(config_cpp):
-    """Top-level config.json keys Strata's parser accepts (kV4Fields + kIgnoredExtraKeys in config.cpp).
+    """Top-level config.json keys Strata's parser accepts (kV4Fields + kIgnoredExtraKeys in config_keys.cpp).
 
     Read from the source so a key Strata would reject ("unknown key for model_type deepseek_v4") is caught at
     export time, not when the lead first loads the checkpoint.

@@ -6,7 +6,7 @@ continues greedily. Training must therefore see exactly that prompt, followed by
 the reference encoder renders one. So:
 
   1. the request maps onto the reference encoder's inputs with tests/reference/chat_reference.py's
-     `to_reference_inputs` — the mapping src/text/chat_encoding.cpp implements and its fixtures check (tools
+     `to_reference_inputs` — the mapping src/text/chat_{request,encoding}.cpp implement and its fixtures check (tools
      and response_format into a leading system message, json_object -> {"type": "object"},
      chat_template_kwargs.thinking -> thinking mode, ...). Using that file, not a copy, keeps the training
      prompts identical to Strata's whenever the chat-encoding fixtures pass;

@@ -304,7 +304,7 @@ class NamesTest(unittest.TestCase):
         self.assertEqual(cfg["mlp_layer_types"][0], "hash_moe")
 
     def test_config_keys_accepted(self):
-        keys = mc.strata_config_keys(os.path.join(REPO, "src", "model", "config.cpp"))
+        keys = mc.strata_config_keys(os.path.join(REPO, "src", "model", "config_keys.cpp"))
         with open(os.path.join(REPO, "tests", "fixtures", "transformers_saved_config.json")) as f:
             saved = json.load(f)
         config, dropped = mc.strata_config(saved, keys)
@@ -459,7 +459,8 @@ def write_fake_export(out_dir, cfg, seed=0):
     with open(os.path.join(REPO, "tests", "fixtures", "transformers_saved_config.json")) as f:
         saved = json.load(f)
     saved.update({k: v for k, v in cfg.items() if k != "rope_parameters"})
-    config, dropped = mc.strata_config(saved, mc.strata_config_keys(os.path.join(REPO, "src", "model", "config.cpp")))
+    accepted = mc.strata_config_keys(os.path.join(REPO, "src", "model", "config_keys.cpp"))
+    config, dropped = mc.strata_config(saved, accepted)
     assert not dropped, dropped
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
