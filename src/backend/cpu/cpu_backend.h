@@ -59,8 +59,8 @@ class CpuBackend {
     return out;
   }
 
-  // Products: linear.cpp (the dot products: ops.cpp).
   // Row r of the result holds `copies` copies of token r's embedding row.
+  // Products (and embed): linear.cpp (the dot products: ops.cpp).
   Mat embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies) const;
   Mat linear(const Mat& x, const WeightRef& w) const;
   // linear for each of several weights on the same input (one product after another).

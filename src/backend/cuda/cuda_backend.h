@@ -154,8 +154,8 @@ class CudaBackend {
   std::vector<int32_t> sample_rows(const Tensor& x, const std::vector<int64_t>& rows,
                                    const std::vector<model::v4::PickParams>& picks);
 
-  // Products: linear.cpp.
   Tensor embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies);
+  // Products (and embed, above): linear.cpp.
   Tensor linear(const Tensor& x, const WeightRef& w);
   // x · wᵀ for each of several weights (the products of one block input; one launch at decode sizes).
   std::vector<Tensor> linear_many(const Tensor& x, const std::vector<const WeightRef*>& ws);
