@@ -1,6 +1,6 @@
 // Times and checks the decode products of gemv.h on the GPU machine: the previous kernel (gemv_legacy) against the
 // current one (gemv) on the shapes a V4-Flash decode step reads — the 64 MB matrices, the grouped o-projection
-// (8 groups of 1024 × 4096, as cuda_backend.cpp lays it out), the small attention projections and the vocabulary
+// (8 groups of 1024 × 4096, as linear.cpp lays it out), the small attention projections and the vocabulary
 // head — at 1, 2, 4 and 8 rows; then one layer's seven attention-input projections of the same activation as seven
 // gemv calls against one gemv_many.
 // Checks: every output against a CPU double-precision reference (|y - ref| ≤ 1e-5 · Σ|w·x|), each row of an m-row
@@ -140,7 +140,7 @@ struct Shape {
 };
 
 // One gemv shape at m = 1, 2, 4, 8: checks, then old and new timed. x and y laid out as the grouped o-projection
-// (cuda_backend.cpp): x [rows, batch·k] with group g at column g·k, y [rows, batch·n] with group g at column g·n.
+// (linear.cpp): x [rows, batch·k] with group g at column g·k, y [rows, batch·n] with group g at column g·n.
 void run_shape(const Shape& s, std::mt19937_64& rng, std::vector<Result>& results) {
   const int64_t ldx = s.batch * s.k, ldy = s.batch * s.n, stride_x = s.k, stride_y = s.n, stride_w = s.n * s.k;
   const auto hw = random_bf16(static_cast<size_t>(s.batch * s.n * s.k), rng);

@@ -1,5 +1,5 @@
 // Times the grouped routed-expert kernels of one V4-Flash MoE layer on the GPU machine, so the dispatch in
-// cuda_backend.cpp can pick the fastest per step size: the SIMT kernels (moe.h, single-block plan: up to 4096
+// moe.cpp can pick the fastest per step size: the SIMT kernels (moe.h, single-block plan: up to 4096
 // pairs), the tensor-core kernels that keep tokens in accumulators (moe_mma.h, every compiled shape) and the GEMM
 // tiles (moe_gemm.h, tiled plan), with bf16 weights and, for SIMT and tiles, FP8 weights. 256 routed experts of
 // 2048 × 4096 plus the shared expert, each with its own storage (no L2 sharing), random distinct top-6 routing.

@@ -27,6 +27,7 @@ class CpuBackend {
   using Picks = std::vector<std::vector<int32_t>>;                        // per row: entry indices
   using Routing = std::vector<std::vector<std::pair<int64_t, float>>>;  // per expert: (row, weight)
 
+  // The step: cpu_backend.cpp.
   void begin_step(const model::v4::Step& step);
   void end_step(const model::v4::Step&) {}
   // Recordings of steps (CUDA graphs) are a GPU matter: the CPU runs every step's body.
@@ -58,6 +59,7 @@ class CpuBackend {
   }
 
   // Row r of the result holds `copies` copies of token r's embedding row.
+  // Products (and embed): linear.cpp (the dot products: ops.cpp).
   Mat embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies) const;
   Mat linear(const Mat& x, const WeightRef& w) const;
   // linear for each of several weights on the same input (one product after another).
@@ -68,12 +70,14 @@ class CpuBackend {
   }
   // y[:, g·rank + o] = x[:, g·in + …] · w[g·rank + o, :]ᵀ for each of `groups` column groups of x (in = cols/groups).
   Mat grouped_linear(const Mat& x, const WeightRef& w, int64_t groups) const;
+  // Norms and RoPE: norm_rope.cpp.
   void rms_norm_rows(Mat& x, const std::vector<float>* weight, double eps) const;
   // Unweighted RMSNorm of every head_dim-wide slice of every row.
   void head_rms_norm(Mat& x, int64_t head_dim, double eps) const;
   // Interleaved RoPE on the trailing 2·half channels of every head_dim-wide slice, at each row's position.
   void rope(Mat& x, int64_t head_dim, const model::v4::RopeTable& table, const model::v4::Step& step, bool inverse);
 
+  // mHC: mhc.cpp.
   // mHC (paper §2.2, eq. 8): pre/post/comb from the streams; `collapsed` ← Σ_h pre[h] · stream h.
   Mix hc_pre(const model::v4::HyperConnectionWeights& w, const Mat& streams, Mat& collapsed,
              const model::ModelConfig& cfg) const;
@@ -83,6 +87,7 @@ class CpuBackend {
   Mat hyper_head(const model::v4::ModelWeights& w, const Mat& streams, const std::vector<int64_t>& rows,
                  const model::ModelConfig& cfg) const;
 
+  // The compressor, the Lightning Indexer, attention: compressor.cpp, indexer.cpp, attention.cpp.
   // Gated pooling of every `rate` tokens into one entry of the chunk's compressor (paper §2.3.1 eqs. 9–12 with
   // overlap, §2.3.2 eqs. 20–23), then RMSNorm and RoPE at the window's first position.
   void compress(const model::v4::CompressorWeights& w, const Mat& kv, const Mat& gate, const model::v4::Step& step,
@@ -98,6 +103,7 @@ class CpuBackend {
   // The last `window` kv rows of each chunk into its sliding-window ring.
   void update_window(const Mat& kv, const model::v4::Step& step, int64_t layer, int64_t window) const;
 
+  // Router and experts: moe.cpp.
   Routing route(Mat scores, const model::v4::MoeWeights& w, const std::vector<int32_t>& tokens,
                 const model::ModelConfig& cfg) const;
   // Σ over routed experts of weight · expert(x), plus the shared expert.
@@ -106,6 +112,7 @@ class CpuBackend {
   const std::vector<int64_t>& routed_experts() const { return routed_experts_; }
 
  private:
+  // expert: moe.cpp; cos_sin: norm_rope.cpp.
   // SwiGLU expert with V4's clamp: silu(min(gate, L)) · clamp(up, −L, L).
   Mat expert(const model::v4::ExpertWeights& w, const Mat& x, double limit) const;
   const std::vector<float>& cos_sin(const model::v4::RopeTable& table, const model::v4::Step& step, bool sin);

@@ -43,6 +43,7 @@ struct DeviceMatrix {
 // scales, no requantization), all others as bf16 — as are the embedding and the head, and any FP8 matrix whose
 // 128-blocks would not line up with how it is used (a row slice off a block boundary; a grouped o-projection whose
 // groups are not whole blocks; routed experts not all FP8).
+// Defined in device_weights.cpp.
 class DeviceWeights {
  public:
   DeviceWeights(const model::v4::ModelWeights& w, GemmType type,
@@ -122,6 +123,7 @@ class CudaBackend {
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
+  // The step (cuda_backend.cpp; the end of a step's logits: cuda_backend_logits.cpp).
   void begin_step(const model::v4::Step& step);
   void end_step(const model::v4::Step& step);
   // Decode steps as CUDA graphs (step_graphs.h); `graphs` null or disabled: every step runs eagerly. Forward::run
@@ -157,20 +159,24 @@ class CudaBackend {
                                  const std::vector<model::TokenPick>& picks);
 
   Tensor embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies);
+  // Products (and embed, above): linear.cpp.
   Tensor linear(const Tensor& x, const WeightRef& w);
   // x · wᵀ for each of several weights (the products of one block input; one launch at decode sizes).
   std::vector<Tensor> linear_many(const Tensor& x, const std::vector<const WeightRef*>& ws);
   Tensor grouped_linear(const Tensor& x, const WeightRef& w, int64_t groups);
+  // Norms and RoPE: norm_rope.cpp.
   void rms_norm_rows(Tensor& x, const std::vector<float>* weight, double eps);
   void head_rms_norm(Tensor& x, int64_t head_dim, double eps);
   void rope(Tensor& x, int64_t head_dim, const model::v4::RopeTable& table, const model::v4::Step& step, bool inverse);
 
+  // mHC: mhc.cpp.
   Mix hc_pre(const model::v4::HyperConnectionWeights& w, const Tensor& streams, Tensor& collapsed,
              const model::ModelConfig& cfg);
   void hc_post(const Mix& mix, const Tensor& block_out, Tensor& streams);
   Tensor hyper_head(const model::v4::ModelWeights& w, const Tensor& streams, const std::vector<int64_t>& rows,
                     const model::ModelConfig& cfg);
 
+  // The compressor, the Lightning Indexer, attention: compressor.cpp, indexer.cpp, attention.cpp.
   void compress(const model::v4::CompressorWeights& w, const Tensor& kv, const Tensor& gate,
                 const model::v4::Step& step, int64_t layer, model::v4::CompressorSlot slot,
                 const model::v4::RopeTable& rope, double eps);
@@ -181,6 +187,7 @@ class CudaBackend {
                           int64_t layer, const model::ModelConfig& cfg);
   void update_window(const Tensor& kv, const model::v4::Step& step, int64_t layer, int64_t window);
 
+  // Router and experts: moe.cpp.
   Routing route(const Tensor& scores, const model::v4::MoeWeights& w, const std::vector<int32_t>& tokens,
                 const model::ModelConfig& cfg);
   Tensor experts(const Tensor& x, const Routing& routing, const model::v4::MoeWeights& w,
@@ -192,6 +199,7 @@ class CudaBackend {
   Tensor tensor(int64_t rows, int64_t cols) { return {scratch_.alloc<float>(rows * cols), rows, cols}; }
   template <typename T>
   T* upload(const std::vector<T>& host);
+  // The products' operands and dispatch (operand_type, operand, changed, product): linear.cpp.
   // Activations [m, k] as a product's input: fp32 (x itself), bf16, or fp8 codes with per-row-and-128-column scales
   // [ceil(k/128)][m] (fp8.h).
   struct Operand {

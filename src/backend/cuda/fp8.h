@@ -1,6 +1,6 @@
 #pragma once
 // FP8 weights on the device (GemmType::Fp8): a DeepSeek checkpoint's e4m3 codes with one fp32 scale per 128×128
-// block, uploaded exactly as stored. Products with them take one of three paths (cuda_backend.cpp):
+// block, uploaded exactly as stored. Products with them take one of three paths (linear.cpp):
 //   - prefill-sized steps: activations quantized per row and 128 columns (quantize_fp8_rows), then cuBLASLt's
 //     block-scaled FP8 GEMM (Gemm::fp8) — DeepSeek's own recipe;
 //   - decode-sized steps (≤ kGemvMaxRows rows): weight-only FP8 (gemv_fp8) — bf16 activations, the weights

@@ -1,0 +1,47 @@
+// CpuBackend::indexer_topk: the Lightning Indexer's scores and each query's top-k entries.
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "backend/cpu/ops.h"
+
+namespace strata::cpu {
+
+using model::ModelConfig;
+using namespace model::v4;
+
+CpuBackend::Picks CpuBackend::indexer_topk(const Mat& q, const Mat& head_w, const Step& step, int64_t layer,
+                                           const ModelConfig& cfg) const {
+  const int64_t n_heads = cfg.index_n_heads, hd = cfg.index_head_dim;
+  const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float weights_scale = 1.0f / std::sqrt(static_cast<float>(n_heads));
+  Picks picks(static_cast<size_t>(q.rows));
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t s = 0; s < q.rows; ++s) {
+    const int64_t pos = step.rows.position[s];
+    const CompressorState& st = step.layer_state(step.rows.sequence[s], layer).indexer;
+    const int64_t visible = std::min((pos + 1) / st.rate, st.n_entries);
+    std::vector<float> score(static_cast<size_t>(visible), 0.0f);
+    for (int64_t t = 0; t < visible; ++t) {
+      float acc = 0;
+      for (int64_t h = 0; h < n_heads; ++h) {
+        const float qk = dot(q.row(s) + h * hd, st.entry(t), hd);
+        acc += (std::max(qk, 0.0f) * softmax_scale) * (head_w.at(s, h) * weights_scale);
+      }
+      score[t] = acc;
+    }
+    std::vector<int32_t> idx(static_cast<size_t>(visible));
+    std::iota(idx.begin(), idx.end(), 0);
+    const int64_t k = std::min<int64_t>(cfg.index_topk, visible);
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+      return score[a] > score[b] || (score[a] == score[b] && a < b);
+    });
+    idx.resize(static_cast<size_t>(k));
+    picks[s] = std::move(idx);
+  }
+  return picks;
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,94 @@
+// CpuBackend's mHC ops (paper §2.2, eq. 8): hc_pre, hc_post and the HyperHead.
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+
+#include "backend/cpu/ops.h"
+
+namespace strata::cpu {
+
+using model::ModelConfig;
+using namespace model::v4;
+
+CpuBackend::Mix CpuBackend::hc_pre(const HyperConnectionWeights& w, const Mat& streams, Mat& collapsed,
+                                   const ModelConfig& cfg) const {
+  const int64_t hc = cfg.hc_mult, d = cfg.hidden_size, n = streams.rows, mix_n = (2 + hc) * hc;
+  const float eps = static_cast<float>(cfg.hc_eps);
+  Mix m;
+  m.hc = hc;
+  m.post.resize(static_cast<size_t>(n * hc));
+  m.comb.resize(static_cast<size_t>(n * hc * hc));
+  collapsed = Mat(n, d);
+#pragma omp parallel
+  {
+    std::vector<float> flat(static_cast<size_t>(hc * d)), mix(static_cast<size_t>(mix_n)), pre(static_cast<size_t>(hc));
+    std::vector<const float*> stream_rows(static_cast<size_t>(hc));
+#pragma omp for schedule(static)
+    for (int64_t s = 0; s < n; ++s) {
+      std::copy(streams.row(s), streams.row(s) + hc * d, flat.begin());
+      rms_norm(flat.data(), hc * d, nullptr, cfg.rms_norm_eps);
+      dot_rows(flat.data(), w.fn.data(), hc * d, mix_n, hc * d, mix.data());
+      for (int64_t h = 0; h < hc; ++h) {
+        pre[h] = sigmoid(mix[h] * w.scale[0] + w.base[h]) + eps;
+        m.post[s * hc + h] = 2.0f * sigmoid(mix[hc + h] * w.scale[1] + w.base[hc + h]);
+      }
+      float* comb = m.comb.data() + s * hc * hc;
+      for (int64_t i = 0; i < hc * hc; ++i) comb[i] = mix[2 * hc + i] * w.scale[2] + w.base[2 * hc + i];
+      for (int64_t i = 0; i < hc; ++i) {
+        softmax(comb + i * hc, hc);
+        for (int64_t j = 0; j < hc; ++j) comb[i * hc + j] += eps;
+      }
+      sinkhorn(comb, hc, cfg.hc_sinkhorn_iters, eps);
+      // collapsed[k] = Σ_h pre[h] · stream h [k], h in order from 0
+      for (int64_t h = 0; h < hc; ++h) stream_rows[h] = streams.row(s) + h * d;
+      accumulate_rows(collapsed.row(s), pre.data(), stream_rows.data(), hc, d);
+    }
+  }
+  return m;
+}
+
+void CpuBackend::hc_post(const Mix& m, const Mat& block_out, Mat& streams) const {
+  const int64_t hc = m.hc, d = block_out.cols;
+#pragma omp parallel
+  {
+    std::vector<float> old(static_cast<size_t>(hc * d)), mixed(static_cast<size_t>(d)), column(static_cast<size_t>(hc));
+    std::vector<const float*> old_rows(static_cast<size_t>(hc));
+    for (int64_t j = 0; j < hc; ++j) old_rows[j] = old.data() + j * d;
+#pragma omp for schedule(static)
+    for (int64_t s = 0; s < streams.rows; ++s) {
+      float* x = streams.row(s);
+      std::copy(x, x + hc * d, old.begin());
+      const float* comb = m.comb.data() + s * hc * hc;
+      const float* out = block_out.row(s);
+      for (int64_t k = 0; k < hc; ++k) {
+        // mixed[e] = Σ_j comb[j][k] · old[j][e], j in order from 0
+        for (int64_t j = 0; j < hc; ++j) column[j] = comb[j * hc + k];
+        std::fill(mixed.begin(), mixed.end(), 0.0f);
+        accumulate_rows(mixed.data(), column.data(), old_rows.data(), hc, d);
+        const float post = m.post[s * hc + k];
+        for (int64_t e = 0; e < d; ++e) x[k * d + e] = post * out[e] + mixed[e];
+      }
+    }
+  }
+}
+
+Mat CpuBackend::hyper_head(const ModelWeights& w, const Mat& streams, const std::vector<int64_t>& rows,
+                           const ModelConfig& cfg) const {
+  const int64_t hc = cfg.hc_mult, d = cfg.hidden_size;
+  Mat y(static_cast<int64_t>(rows.size()), d);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const int64_t s = rows[r];
+    std::vector<float> flat(streams.row(s), streams.row(s) + hc * d);
+    rms_norm(flat.data(), hc * d, nullptr, cfg.rms_norm_eps);
+    float* out = y.row(static_cast<int64_t>(r));
+    std::vector<float> mix(static_cast<size_t>(hc));
+    dot_rows(flat.data(), w.hc_head_fn.data(), hc * d, hc, hc * d, mix.data());
+    for (int64_t h = 0; h < hc; ++h) {
+      const float pre = sigmoid(mix[h] * w.hc_head_scale[0] + w.hc_head_base[h]) + static_cast<float>(cfg.hc_eps);
+      for (int64_t c = 0; c < d; ++c) out[c] += pre * streams.at(s, h * d + c);
+    }
+  }
+  return y;
+}
+
+}  // namespace strata::cpu

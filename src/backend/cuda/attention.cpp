@@ -1,0 +1,57 @@
+// CudaBackend's attention: sparse_attention over each row's keys (key pointers: attention_keys.cuh; the attention
+// kernels: attention.cu, attention_mma.cu) and update_window, the sliding-window ring after the step.
+#include <cmath>
+
+#include "backend/cuda/attention_keys.h"
+#include "backend/cuda/cuda_backend_op.h"
+
+namespace strata::cuda {
+
+using model::ModelConfig;
+using namespace model::v4;
+
+// Steps of at most this many query rows (decode) split each query's keys over blocks: few queries would leave the
+// GPU idle, and the split's scratch (rows · heads · parts · head_dim) stays small. Larger steps have blocks enough.
+constexpr int64_t kSplitKeysMaxRows = 256;
+
+CudaBackend::Tensor CudaBackend::sparse_attention(const Tensor& q, const Tensor& kv, const std::vector<float>& sinks,
+                                                  AttentionKeys keys_kind, const Picks& picks, const Step&,
+                                                  int64_t layer, const ModelConfig& cfg) {
+  STRATA_TIMED_OP("sparse_attention");
+  const int64_t n = q.rows, heads = cfg.num_attention_heads, hd = cfg.head_dim, window = cfg.sliding_window;
+  KeyEntries mode = KeyEntries::None;
+  int64_t rate = 1, extra = 0;
+  if (keys_kind == AttentionKeys::WindowAndPicked) {
+    mode = KeyEntries::Picked;
+    rate = cfg.csa_compress_rate;
+    extra = picks.topk;
+  } else if (keys_kind == AttentionKeys::WindowAndAllEntries) {
+    mode = KeyEntries::All;
+    rate = cfg.hca_compress_rate;
+    extra = closed_max_.at(rate);
+  }
+  const int64_t max_keys = window + extra;
+  const float** keys = scratch_.alloc<const float*>(n * max_keys);
+  int32_t* key_count = scratch_.alloc<int32_t>(n);
+  attention_keys(kv.data, state_, layout_[static_cast<size_t>(layer)].swa, window, hd, mode,
+                 entry_table(layer, CompressorSlot::Attention), rate, picks.index, picks.count, picks.topk, rows_,
+                 max_keys, keys, key_count, stream_);
+  Tensor out = tensor(n, heads * hd);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  if (n > kSplitKeysMaxRows && weights_.type() != GemmType::Fp32 && attention_mma_supported(hd))
+    sparse_attention_mma(q.data, keys, key_count, max_keys, weights_.vec(sinks), out.data, n, heads, hd, scale, stream_);
+  else if (n <= kSplitKeysMaxRows)
+    sparse_attention_split(q.data, keys, key_count, max_keys, weights_.vec(sinks), out.data, n, heads, hd, scale,
+                           scratch_.alloc<float>(attention_split_floats(n, heads, hd, max_keys)), stream_);
+  else
+    cuda::sparse_attention(q.data, keys, key_count, max_keys, weights_.vec(sinks), out.data, n, heads, hd, scale,
+                           stream_);
+  return out;
+}
+
+void CudaBackend::update_window(const Tensor& kv, const Step&, int64_t layer, int64_t window) {
+  STRATA_TIMED_OP("update_window");
+  cuda::update_window(kv.data, state_, layout_[static_cast<size_t>(layer)].swa, window, kv.cols, rows_, stream_);
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,33 @@
+#pragma once
+// The compressor's step on the device (compressor.cuh): CSA/HCA windows closing into entries. CudaBackend::compress
+// is in compressor.cpp. Pointers are device pointers.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/step_layout.h"
+
+namespace strata::cuda {
+
+// One compressor's step (CpuBackend::compress). `work` lists (chunk, window) pairs of the windows that close in
+// this step; `state` holds each chunk's pending/overlap buffers (pending_kv, pending_gate [rate, width],
+// overlap_kv, overlap_gate [rate, dim]) at state[c] + offset.
+struct CompressorStep {
+  const float* kv = nullptr;    // this step's projections [rows, width]
+  const float* gate = nullptr;  // [rows, width]
+  const float* ape = nullptr;   // [rate, width]
+  const float* norm = nullptr;  // [dim]
+  float* const* state = nullptr;  // per chunk: its sequence's fixed-state base
+  int64_t pending_kv = 0, pending_gate = 0, overlap_kv = 0, overlap_gate = 0;  // offsets in floats
+  int64_t rate = 0, width = 0, dim = 0;
+  bool overlap = false;
+  const float* inv_freq = nullptr;  // compress RoPE [half]
+  int64_t rope_half = 0;
+  float rope_scaling = 1.0f, eps = 1e-6f;
+  EntryTable entries;
+  float* entries_out = nullptr;  // == entries.arena, writable
+};
+void compress(const CompressorStep& c, const StepLayout& rows, const int32_t* work, int64_t n_work,
+              cudaStream_t stream);
+
+}  // namespace strata::cuda
