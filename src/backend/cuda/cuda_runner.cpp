@@ -82,11 +82,24 @@ class CudaRunner : public ForwardRunner {
     STRATA_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice));
   }
 
-  void to_host(float* dst, const float* src, int64_t n) override {
-    STRATA_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToHost));
-  }
-  void from_host(float* dst, const float* src, int64_t n) override {
-    STRATA_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyHostToDevice));
+  void to_host(float* dst, const float* src, int64_t n) override { copy_checked(dst, src, n, cudaMemcpyDeviceToHost); }
+  void from_host(float* dst, const float* src, int64_t n) override { copy_checked(dst, src, n, cudaMemcpyHostToDevice); }
+
+  // A failed copy says which side was not what the caller thought (a host address where device memory belongs, or a
+  // range past its allocation).
+  static void copy_checked(float* dst, const float* src, int64_t n, cudaMemcpyKind kind) {
+    const cudaError_t e = cudaMemcpy(dst, src, static_cast<size_t>(n) * sizeof(float), kind);
+    if (e == cudaSuccess) return;
+    cudaGetLastError();  // not sticky: clear it, so the next launch check does not report it again
+    auto where = [](const void* p) {
+      cudaPointerAttributes a{};
+      if (cudaPointerGetAttributes(&a, p) != cudaSuccess) return std::string("unknown memory");
+      return std::string(a.type == cudaMemoryTypeDevice ? "device" : a.type == cudaMemoryTypeHost ? "pinned host"
+                         : a.type == cudaMemoryTypeManaged ? "managed" : "pageable host");
+    };
+    const std::string dst_kind = where(dst), src_kind = where(src);
+    fail("CUDA state copy of ", n, " floats from ", src_kind, " memory to ", dst_kind, " memory failed: ",
+         cudaGetErrorString(e));
   }
 
   std::shared_ptr<float> allocate_entry_storage(int64_t floats) override {
