@@ -267,4 +267,24 @@ TEST(ModelFingerprint, CoversConfigWeightsAndBackend) {
 }
 
 }  // namespace
+// The CUDA backend's counters mark every compressor past its first entry as having an overlap slice, HCA's too
+// (which have none: width = dim). The snapshot writes an overlap slice only where the compressor keeps one, so the
+// same flags on a CPU state change nothing (on the H200 they made the writer copy from a buffer that does not
+// exist, tests/gpu/model_check.cpp).
+TEST(StateSnapshot, AnOverlapFlagOnACompressorWithoutOverlapWritesNoSlice) {
+  const auto m = load_tiny(1);
+  SequenceState st = m->new_sequence();
+  m->forward(tokens(300, 3), st, false);
+  const std::string before = m->snapshot(st);
+  int64_t flagged = 0;
+  st.for_each_compressor([&](model::v4::CompressorState& c) {
+    if (c.width == c.dim && c.n_entries > 0) {
+      c.has_overlap = true;
+      ++flagged;
+    }
+  });
+  ASSERT_GT(flagged, 0) << "the tiny preset has an HCA layer with an entry at 300 tokens";
+  EXPECT_EQ(m->snapshot(st), before);
+}
+
 }  // namespace strata

@@ -250,7 +250,7 @@ void CudaBackend::end_step(const Step& step) {
         if (!st.rate) continue;
         st.n_entries = end / st.rate;
         st.n_pending = end % st.rate;
-        st.has_overlap = st.n_entries > 0;
+        st.has_overlap = st.width != st.dim && st.n_entries > 0;  // only CSA's compressors keep an overlap slice
       }
   }
   std::vector<int32_t> active(routed_experts_.size());

@@ -228,12 +228,15 @@ std::string SnapshotWriter::layer(int64_t l) const {
   body.floats(runner, buf.swa, rows * cfg.head_dim);
   for (auto [c, b] : {std::pair{&ls.compressor, &buf.compressor}, std::pair{&ls.indexer, &buf.indexer}}) {
     if (!c->rate) continue;
+    // Only a CSA compressor (width 2·dim) has an overlap slice; the CUDA backend's counters say has_overlap for
+    // every compressor past its first entry, so the width decides.
+    const bool overlap = c->width != c->dim && c->has_overlap;
     body.i64(c->n_pending);
-    body.i64(c->has_overlap ? 1 : 0);
+    body.i64(overlap ? 1 : 0);
     body.i64(c->n_entries);
     body.floats(runner, b->pending_kv, c->n_pending * c->width);
     body.floats(runner, b->pending_gate, c->n_pending * c->width);
-    if (c->has_overlap) {
+    if (overlap) {
       body.floats(runner, b->overlap_kv, c->rate * c->dim);
       body.floats(runner, b->overlap_gate, c->rate * c->dim);
     }
