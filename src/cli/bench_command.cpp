@@ -233,7 +233,7 @@ nlohmann::json timed_prefill(const model::v4::Model& m, int64_t tokens, int64_t 
 }
 
 // Decode steps of `batch` sequences at `context` tokens each: one prefilled sequence is forked into a pool (the
-// same state in every slot), then every step runs all of them in one forward_batch.
+// same state in every slot), then every step runs all of them in one run_step with greedy picks on the device.
 nlohmann::json batched_decode(const model::v4::Model& m, int64_t context, int64_t chunk,
                               const std::vector<int64_t>& batches, int64_t steps,
                               const std::optional<Ceilings>& ceilings) {
