@@ -45,4 +45,4 @@ run() {  # NAME CONCURRENCY PROMPTS INPUT_LEN OUTPUT_LEN
 run c64 64 512 512 128
 run c256 256 1024 128 128
 # The server must still be healthy, with nothing left running, after the load.
-get "http://127.0.0.1:$port/metrics" | grep -E "^strata_(num_requests_running|num_requests_waiting|state_pool_used_pages|state_pool_used_slots|engine_steps_total|generation_tokens_total)[{ ]"
+get "http://127.0.0.1:$port/metrics" | grep -E "^strata_(num_requests_running|num_requests_waiting|state_pool_used_blocks|state_pool_used_slots|engine_steps_total|generation_tokens_total)[{ ]"

@@ -25,7 +25,7 @@ TEST(CopyState, ForkContinuesBitIdentically) {
   m->forward(tokens(301, 1), original, false);
   model::v4::StatePoolLimits limits;
   limits.max_sequences = 2;
-  limits.entry_pages = 2 * m->pages_for_tokens(400);
+  limits.blocks = 2 * m->blocks_for_tokens(400);
   model::v4::StatePool pool(*m, limits);
   SequenceState* fork = pool.acquire();
   ASSERT_TRUE(m->copy_state(original, *fork));
@@ -35,9 +35,9 @@ TEST(CopyState, ForkContinuesBitIdentically) {
     const Mat a = m->forward(next, original, false), b = m->forward(next, *fork, false);
     ASSERT_EQ(a.v, b.v) << "step " << step;
   }
-  // The copy owns its pages: releasing it leaves the original intact.
+  // The copy owns its blocks: releasing it leaves the original intact.
   pool.release(fork);
-  EXPECT_EQ(pool.used_pages(), 0);
+  EXPECT_EQ(pool.used_blocks(), 0);
   EXPECT_EQ(m->forward(tokens(1, 7), original, false).v.size(), static_cast<size_t>(m->config().vocab_size));
 }
 
@@ -47,12 +47,12 @@ TEST(CopyState, FailsWithoutPagesAndLeavesTheTargetEmpty) {
   m->forward(tokens(300, 2), original, false);
   model::v4::StatePoolLimits limits;
   limits.max_sequences = 1;
-  limits.entry_pages = 1;  // far fewer than 300 tokens need
+  limits.blocks = 1;  // fewer than 300 tokens need (three)
   model::v4::StatePool pool(*m, limits);
   SequenceState* fork = pool.acquire();
   EXPECT_FALSE(m->copy_state(original, *fork));
   EXPECT_EQ(fork->num_tokens, 0);
-  EXPECT_EQ(pool.used_pages(), 0);
+  EXPECT_EQ(pool.used_blocks(), 0);
 }
 
 }  // namespace

@@ -41,10 +41,10 @@ std::unique_ptr<Model> load_tiny(uint64_t seed) {
   return std::make_unique<Model>(model::v4::load_model(dirs[seed]));
 }
 
-StatePoolLimits pool_limits(const Model& m, int64_t sequences, int64_t pages) {
+StatePoolLimits pool_limits(const Model& m, int64_t sequences, int64_t blocks) {
   StatePoolLimits limits;
   limits.max_sequences = sequences;
-  limits.entry_pages = pages >= 0 ? pages : sequences * m.pages_for_tokens(400);
+  limits.blocks = blocks >= 0 ? blocks : sequences * m.blocks_for_tokens(400);
   return limits;
 }
 
@@ -110,13 +110,14 @@ TEST(StateSnapshot, StreamsPieceByPiece) {
   EXPECT_EQ(stream, m->snapshot(original));
   // 300 tokens of the tiny preset, in bytes. Header: preamble, section frame, body (fingerprint, "cpu fp32", 4
   // numbers, 4 layers × 2 compressors × 3 shape numbers). Every layer: frame, index, row count, a full window of
-  // 128 × 64 floats. CSA layers (1, 3), rate 4: none pending, a 4-row overlap and 75 entries of 64 floats, and the
-  // same for the indexer's 32-wide compressor. The HCA layer (2), rate 128: 44 pending tokens, 2 entries.
+  // 128 × 64 floats. CSA layers (1, 3), rate 4: none pending, so the raw rows of the previous window (4 rows of
+  // kv and gate, 2·64 wide: the next entry's overlap) and 75 entries of 64 floats; the same for the indexer's
+  // 32-wide compressor. The HCA layer (2), rate 128: 44 raw rows of the open window, 2 entries.
   const size_t header = 16 + 16 + (16 + 16 + 4 * 8 + 4 * 2 * 3 * 8), window = 16 + 16 + 128 * 64 * 4;
-  const size_t csa = window + (24 + 2 * 4 * 64 * 4 + 75 * 64 * 4) + (24 + 2 * 4 * 32 * 4 + 75 * 32 * 4);
-  const size_t hca = window + 24 + 2 * 44 * 64 * 4 + 2 * 64 * 4;
+  const size_t csa = window + (16 + 2 * 4 * 128 * 4 + 75 * 64 * 4) + (16 + 2 * 4 * 64 * 4 + 75 * 32 * 4);
+  const size_t hca = window + 16 + 2 * 44 * 64 * 4 + 2 * 64 * 4;
   EXPECT_EQ(stream.size(), header + window + 2 * csa + hca);
-  EXPECT_EQ(stream.size(), 218392u);
+  EXPECT_EQ(stream.size(), 224496u);
 
   // The bytes arrive in 1000-byte chunks; the reader takes each piece once it is whole.
   SequenceState into = m->new_sequence();
@@ -149,10 +150,10 @@ TEST(StateSnapshot, ABrokenOffStreamLeavesTheStateReset) {
     reader.take(writer.header());
     reader.take(writer.layer(0));
     reader.take(writer.layer(1));
-    EXPECT_GT(pool.used_pages(), 0);
+    EXPECT_GT(pool.used_blocks(), 0);
   }
   EXPECT_EQ(slot->num_tokens, 0);
-  EXPECT_EQ(pool.used_pages(), 0);
+  EXPECT_EQ(pool.used_blocks(), 0);
 }
 
 class StateSnapshotErrors : public ::testing::Test {
@@ -177,7 +178,7 @@ class StateSnapshotErrors : public ::testing::Test {
   std::string restore_error(const std::string& bytes) {
     const std::string e = error_of([&] { m_->restore(bytes, *slot_); });
     EXPECT_EQ(slot_->num_tokens, 0) << e;
-    EXPECT_EQ(pool_->used_pages(), 0) << e;
+    EXPECT_EQ(pool_->used_blocks(), 0) << e;
     return e;
   }
 
@@ -228,13 +229,13 @@ TEST_F(StateSnapshotErrors, ADifferentModelIsRefusedByFingerprint) {
   EXPECT_EQ(into.num_tokens, 0);
 }
 
-TEST_F(StateSnapshotErrors, TooFewPagesFailsAndLeavesTheStateReset) {
-  StatePool small(*m_, pool_limits(*m_, 1, 3));  // 300 tokens need 5 pages, one per compressor
+TEST_F(StateSnapshotErrors, TooFewBlocksFailsAndLeavesTheStateReset) {
+  StatePool small(*m_, pool_limits(*m_, 1, 2));  // 300 tokens need 3 token blocks of 128
   SequenceState* slot = small.acquire();
   const std::string e = error_of([&] { m_->restore(bytes_, *slot); });
-  EXPECT_NE(e.find("out of pages"), std::string::npos) << e;
+  EXPECT_NE(e.find("out of token blocks"), std::string::npos) << e;
   EXPECT_EQ(slot->num_tokens, 0);
-  EXPECT_EQ(small.used_pages(), 0);
+  EXPECT_EQ(small.used_blocks(), 0);
 }
 
 TEST(ModelFingerprint, CoversConfigWeightsAndBackend) {
@@ -267,24 +268,4 @@ TEST(ModelFingerprint, CoversConfigWeightsAndBackend) {
 }
 
 }  // namespace
-// The CUDA backend's counters mark every compressor past its first entry as having an overlap slice, HCA's too
-// (which have none: width = dim). The snapshot writes an overlap slice only where the compressor keeps one, so the
-// same flags on a CPU state change nothing (on the H200 they made the writer copy from a buffer that does not
-// exist, tests/gpu/model_check.cpp).
-TEST(StateSnapshot, AnOverlapFlagOnACompressorWithoutOverlapWritesNoSlice) {
-  const auto m = load_tiny(1);
-  SequenceState st = m->new_sequence();
-  m->forward(tokens(300, 3), st, false);
-  const std::string before = m->snapshot(st);
-  int64_t flagged = 0;
-  st.for_each_compressor([&](model::v4::CompressorState& c) {
-    if (c.width == c.dim && c.n_entries > 0) {
-      c.has_overlap = true;
-      ++flagged;
-    }
-  });
-  ASSERT_GT(flagged, 0) << "the tiny preset has an HCA layer with an entry at 300 tokens";
-  EXPECT_EQ(m->snapshot(st), before);
-}
-
 }  // namespace strata

@@ -253,7 +253,7 @@ nlohmann::json batched_decode(const model::v4::Model& m, int64_t context, int64_
     try {
       model::v4::StatePoolLimits limits;
       limits.max_sequences = batch;
-      limits.entry_pages = batch * m.pages_for_tokens(context + steps + 3);
+      limits.blocks = batch * m.blocks_for_tokens(context + steps + 3);
       model::v4::StatePool pool(m, limits);
       std::vector<model::v4::SequenceChunk> chunks;
       for (int64_t b = 0; b < batch; ++b) {
@@ -271,7 +271,7 @@ nlohmann::json batched_decode(const model::v4::Model& m, int64_t context, int64_
       constexpr int64_t kWarmups = 2;
       for (int64_t i = 0; i < steps + kWarmups; ++i) {
         for (auto& ch : chunks)
-          if (!pool.reserve(*ch.state, 1)) fail("bench: the pool ran out of pages");
+          if (!pool.reserve(*ch.state, 1)) fail("bench: the pool ran out of token blocks");
         const auto t0 = clock::now();
         m.run_step(chunks, greedy);
         const double dt = seconds_since(t0);

@@ -108,8 +108,8 @@ options:
   --max-num-seqs N           sequences in one engine step (default 256); each choice of a request is one sequence
   --max-num-batched-tokens N tokens per engine step, the prefill chunk budget (default 2048)
   --max-model-len N          prompt + generated tokens per sequence (default: min(8192, max_position_embeddings))
-  --state-memory BYTES       memory for per-sequence state, e.g. 2GiB (default: a slot per sequence plus 4096
-                             pages of compressed entries)
+  --state-memory BYTES       memory for per-sequence state, e.g. 2GiB (default: a slot per sequence plus 256
+                             token blocks of compressed entries, 128 tokens each)
   --max-n N                  largest n accepted (default 16)
   --served-model-name NAME   the name a request's "model" must match, shown in results (default: basename of DIR)
   --progress-interval S      without a terminal on stderr: seconds between progress lines (default 5)
@@ -337,7 +337,7 @@ int generate_command(const std::vector<std::string>& argv) {
   ec.scheduler.max_num_seqs = 1;
   ec.scheduler.max_num_batched_tokens = chunk > 0 ? chunk : std::max<int64_t>(n_prompt, 1);
   ec.pool.max_sequences = 1;
-  ec.pool.entry_pages = std::max<int64_t>(1, m.pages_for_tokens(total, ec.pool.page_floats));
+  ec.pool.blocks = m.blocks_for_tokens(total);
   std::vector<std::vector<float>> hidden(static_cast<size_t>(m.config().num_hidden_layers));
   int64_t hidden_rows = 0;  // rows of the steps observed so far; the first n_prompt are the prompt's
   if (args.has("dump-hidden"))

@@ -42,8 +42,9 @@ options:
   --served-model-name NAME   the model id clients send and see (default: the basename of --model)
   --max-model-len N          prompt + generated tokens per sequence (default: min(8192, the model's
                              max_position_embeddings))
-  --state-memory BYTES       memory for per-sequence state (sliding windows, compressor buffers, compressed-entry
-                             pages), e.g. 2GiB or 512M (default: --max-num-seqs slots plus 4096 pages of 64 KiB)
+  --state-memory BYTES       memory for per-sequence state (sliding-window and compressor rings, token blocks of
+                             compressed entries), e.g. 2GiB or 512M (default: --max-num-seqs slots plus 256 token
+                             blocks of 128 tokens)
   --max-num-seqs N           sequences in flight at once (default 64); each choice of a request is one sequence
   --max-num-batched-tokens N tokens per engine step, the prefill chunk budget (default 2048)
   --max-body-bytes N         largest request body accepted, else 413 (default 8388608)
@@ -117,10 +118,10 @@ int serve_command(const std::vector<std::string>& argv) {
   server.start();
   std::fprintf(stderr,
                "strata serve: listening on http://%s:%u — model '%s', max_model_len %lld, %lld sequence slots, %lld "
-               "state pages%s\n",
+               "token blocks%s\n",
                sc.host.c_str(), static_cast<unsigned>(server.port()), sc.served_model_name.c_str(),
                static_cast<long long>(ec.max_model_len), static_cast<long long>(ec.pool.max_sequences),
-               static_cast<long long>(ec.pool.entry_pages), sc.api_key.empty() ? "" : ", API key required");
+               static_cast<long long>(ec.pool.blocks), sc.api_key.empty() ? "" : ", API key required");
 
   std::thread waiter;
   int received = 0;

@@ -29,9 +29,9 @@ void Engine::validate_request(const std::vector<int32_t>& prompt, const Sampling
          cfg_.max_model_len);
   // Admission rule: a sequence must be able to reach its full length with the whole pool to itself; otherwise it
   // could only ever be preempted.
-  if (pool_.pages_for_tokens(total) > pool_.limits().entry_pages)
-    fail("prompt: ", total, " tokens need more compressed-entry pages than the state pool has (",
-         pool_.limits().entry_pages, "); raise the state memory or lower max_tokens");
+  if (pool_.blocks_for_tokens(total) > pool_.limits().blocks)
+    fail("prompt: ", total, " tokens need ", pool_.blocks_for_tokens(total), " token blocks, more than the state pool has (",
+         pool_.limits().blocks, "); raise the state memory or lower max_tokens");
 }
 
 void Engine::add_request(const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params) {
@@ -153,8 +153,8 @@ EngineStats Engine::stats() const {
   s.running = static_cast<int64_t>(scheduler_.num_running());
   s.waiting = static_cast<int64_t>(scheduler_.num_waiting());
   s.used_slots = pool_.used_slots();
-  s.used_pages = pool_.used_pages();
-  s.total_pages = pool_.limits().entry_pages;
+  s.used_blocks = pool_.used_blocks();
+  s.total_blocks = pool_.limits().blocks;
   s.preemptions = scheduler_.total_preemptions();
   return s;
 }

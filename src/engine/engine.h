@@ -39,7 +39,7 @@ struct TokenEvent {
 };
 
 struct EngineStats {
-  int64_t running = 0, waiting = 0, used_slots = 0, used_pages = 0, total_pages = 0, preemptions = 0;
+  int64_t running = 0, waiting = 0, used_slots = 0, used_blocks = 0, total_blocks = 0, preemptions = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
   // Wall time in step() and, of it, in the model runner (forward and sampling stage): the rest is the engine's own
   // cost (planning, sampling settings, events).

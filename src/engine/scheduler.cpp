@@ -65,7 +65,7 @@ StepPlan Scheduler::plan_step() {
     budget -= count;
   };
 
-  // Running sequences, oldest first: decodes and continuing prefills. A sequence that cannot get its pages
+  // Running sequences, oldest first: decodes and continuing prefills. A sequence that cannot get its blocks
   // preempts the newest running one (possibly itself).
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* s = running_[i];
@@ -81,7 +81,7 @@ StepPlan Scheduler::plan_step() {
     if (victim == s) continue;  // s is gone; running_[i] is now the next sequence
   }
 
-  // New (or preempted) sequences in arrival order, while slots, pages and budget last.
+  // New (or preempted) sequences in arrival order, while slots, blocks and budget last.
   while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(plan.spans.size()) < cfg_.max_num_seqs) {
     Sequence* s = waiting_.front();
     const std::optional<int32_t> slot = pool_.acquire_slot();

@@ -1,7 +1,7 @@
 #pragma once
 // Which sequences run in the next step and with how many tokens: continuous batching with chunked prefill under a
 // per-step token budget. Decodes go first (one token each), then unfinished prefills, then new arrivals in order.
-// When entry pages run short, the newest running sequence is preempted: its state is freed and it is recomputed
+// When token blocks run short, the newest running sequence is preempted: its state is freed and it is recomputed
 // from its tokens later (V4 state is a pure function of the tokens, so the result is identical).
 #include <cstdint>
 #include <deque>

@@ -122,10 +122,10 @@ std::string Metrics::render(const engine::EngineStats& stats, int64_t max_sequen
   w.single("strata_num_requests_waiting", "gauge", "Sequences waiting to be scheduled.", d(stats.waiting));
   w.single("strata_state_pool_used_slots", "gauge", "Sequence slots of the state pool in use.", d(stats.used_slots));
   w.single("strata_state_pool_total_slots", "gauge", "Sequence slots of the state pool.", d(max_sequences));
-  w.single("strata_state_pool_used_pages", "gauge", "Compressed-entry pages of the state pool in use.", d(stats.used_pages));
-  w.single("strata_state_pool_total_pages", "gauge", "Compressed-entry pages of the state pool.", d(stats.total_pages));
-  w.single("strata_state_pool_usage_ratio", "gauge", "Fraction of the state pool's entry pages in use (0..1).",
-           stats.total_pages > 0 ? d(stats.used_pages) / d(stats.total_pages) : 0.0);
+  w.single("strata_state_pool_used_blocks", "gauge", "Token blocks (128 tokens of compressed entries, every layer) of the state pool in use.", d(stats.used_blocks));
+  w.single("strata_state_pool_total_blocks", "gauge", "Token blocks of the state pool.", d(stats.total_blocks));
+  w.single("strata_state_pool_usage_ratio", "gauge", "Fraction of the state pool's token blocks in use (0..1).",
+           stats.total_blocks > 0 ? d(stats.used_blocks) / d(stats.total_blocks) : 0.0);
   w.single("strata_num_preemptions_total", "counter", "Sequences preempted (state freed, recomputed later).",
            d(stats.preemptions));
   w.single("strata_engine_steps_total", "counter", "Engine steps run.", d(stats.steps));

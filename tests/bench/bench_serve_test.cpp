@@ -246,7 +246,7 @@ class BenchServe : public ::testing::Test {
     ec.max_model_len = 512;
     ec.scheduler.max_num_seqs = 8;
     ec.pool.max_sequences = 8;
-    ec.pool.entry_pages = 128;
+    ec.pool.blocks = 32;
     server::ServerConfig sc;
     sc.port = 0;
     sc.served_model_name = "bench-model";

@@ -44,7 +44,7 @@ class OfflineBatch : public ::testing::Test {
     s.engine.scheduler.max_num_seqs = max_num_seqs;
     s.engine.scheduler.max_num_batched_tokens = 64;  // long prompts are prefilled in chunks, next to decodes
     s.engine.pool.max_sequences = max_num_seqs;
-    s.engine.pool.entry_pages = 256;
+    s.engine.pool.blocks = 64;
     s.limits.max_model_len = 1024;
     s.limits.served_model_name = "tiny-v4";
     return s;
@@ -203,11 +203,7 @@ TEST_F(OfflineBatch, BadLinesGetErrorRecordsAndTheBatchGoesOn) {
 TEST_F(OfflineBatch, EngineRefusalBecomesAnErrorRecord) {
   // A prompt the state pool can never hold passes parsing but is refused by the engine at admission.
   OfflineSettings s = settings(2);
-  {
-    s.engine.pool.entry_pages = 1;
-    const model::v4::StatePool probe(*model_, s.engine.pool);
-    s.engine.pool.entry_pages = probe.pages_for_tokens(8);  // room for the short request only
-  }
+  s.engine.pool.blocks = 1;  // one token block of 128 tokens: room for the short request only
   const std::vector<std::string> lines = {
       json{{"prompt", prompt_of(900, 1)}, {"max_tokens", 4}}.dump(),
       json{{"prompt", prompt_of(3, 2)}, {"max_tokens", 2}, {"n", 2}}.dump(),
@@ -268,7 +264,7 @@ TEST_F(OfflineBatch, RecordBodiesAreTheServersResponses) {
   ec.max_model_len = 1024;
   ec.scheduler.max_num_seqs = 4;
   ec.pool.max_sequences = 4;
-  ec.pool.entry_pages = 256;
+  ec.pool.blocks = 64;
   server::ServerConfig sc;
   sc.port = 0;
   sc.served_model_name = "tiny-v4";

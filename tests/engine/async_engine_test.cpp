@@ -43,7 +43,7 @@ class AsyncEngineTest : public ::testing::Test {
     EngineConfig c;
     c.scheduler.max_num_batched_tokens = 64;
     c.pool.max_sequences = 8;
-    c.pool.entry_pages = 512;
+    c.pool.blocks = 64;
     return c;
   }
   static model::v4::Model* model_;
@@ -94,7 +94,7 @@ TEST_F(AsyncEngineTest, AbortAndShutdownFinishEveryRequest) {
   EXPECT_EQ(c.finished.at("a"), FinishReason::Abort);
   EXPECT_EQ(c.finished.at("b"), FinishReason::Abort);
   EXPECT_EQ(engine.stats().used_slots, 0);
-  EXPECT_EQ(engine.stats().used_pages, 0);
+  EXPECT_EQ(engine.stats().used_blocks, 0);
   EXPECT_THROW(engine.submit("d", {1}, p, c.callback()), Error);
 }
 

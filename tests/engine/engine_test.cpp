@@ -58,18 +58,17 @@ class EngineTest : public ::testing::Test {
 };
 Model* EngineTest::model_ = nullptr;
 
-EngineConfig small_config(int64_t budget, int64_t pages, int64_t seqs = 8) {
+EngineConfig small_config(int64_t budget, int64_t blocks, int64_t seqs = 8) {
   EngineConfig c;
   c.scheduler.max_num_batched_tokens = budget;
   c.scheduler.max_num_seqs = seqs;
   c.pool.max_sequences = seqs;
-  c.pool.entry_pages = pages;
-  c.pool.page_floats = 512;  // 8 entries of 64: small pages so prompts span many
+  c.pool.blocks = blocks;  // token blocks of 128 tokens
   return c;
 }
 
 TEST_F(EngineTest, ContinuousBatchingWithChunkedPrefillMatchesSoloRuns) {
-  Engine e(*model_, small_config(/*budget=*/48, /*pages=*/4096));
+  Engine e(*model_, small_config(/*budget=*/48, /*blocks=*/64));
   const std::vector<int64_t> lengths = {5, 140, 33, 1, 260, 129};
   std::map<std::string, std::vector<int32_t>> expected;
   for (size_t q = 0; q < lengths.size(); ++q) {
@@ -83,13 +82,14 @@ TEST_F(EngineTest, ContinuousBatchingWithChunkedPrefillMatchesSoloRuns) {
   }
   EXPECT_EQ(run_all(e), expected);
   const EngineStats s = e.stats();
-  EXPECT_EQ(s.running + s.waiting + s.used_slots + s.used_pages, 0);
+  EXPECT_EQ(s.running + s.waiting + s.used_slots + s.used_blocks, 0);
   EXPECT_EQ(s.generated_tokens, 12 * 6);
 }
 
 TEST_F(EngineTest, PreemptionByRecomputeGivesTheSameTokens) {
-  // 40 pages of 8 tiny entries cannot hold all four long sequences at once: the newest get preempted.
-  Engine e(*model_, small_config(/*budget=*/64, /*pages=*/40, /*seqs=*/4));
+  // Each sequence reaches 174 tokens, two token blocks; five blocks cannot hold all four at once: the newest get
+  // preempted.
+  Engine e(*model_, small_config(/*budget=*/64, /*blocks=*/5, /*seqs=*/4));
   std::map<std::string, std::vector<int32_t>> expected;
   for (int q = 0; q < 4; ++q) {
     SamplingParams p;
@@ -102,7 +102,7 @@ TEST_F(EngineTest, PreemptionByRecomputeGivesTheSameTokens) {
   }
   EXPECT_EQ(run_all(e), expected);
   EXPECT_GT(e.stats().preemptions, 0);
-  EXPECT_EQ(e.stats().used_pages, 0);
+  EXPECT_EQ(e.stats().used_blocks, 0);
 }
 
 TEST_F(EngineTest, SeededSamplingIgnoresBatchCompanionsAndNGivesDistinctStreams) {
@@ -112,10 +112,10 @@ TEST_F(EngineTest, SeededSamplingIgnoresBatchCompanionsAndNGivesDistinctStreams)
   p.max_tokens = 10;
   p.ignore_eos = true;
   p.n = 3;
-  Engine alone(*model_, small_config(256, 4096));
+  Engine alone(*model_, small_config(256, 64));
   alone.add_request("x", prompt_of(1, 20), p);
   const auto a = run_all(alone);
-  Engine crowded(*model_, small_config(256, 4096));
+  Engine crowded(*model_, small_config(256, 64));
   for (int q = 0; q < 5; ++q) {
     SamplingParams other = p;
     other.seed = 500 + q;
@@ -129,7 +129,7 @@ TEST_F(EngineTest, SeededSamplingIgnoresBatchCompanionsAndNGivesDistinctStreams)
 }
 
 TEST_F(EngineTest, AbortFreesStateAndReportsAbort) {
-  Engine e(*model_, small_config(32, 4096));
+  Engine e(*model_, small_config(32, 64));
   SamplingParams p;
   p.max_tokens = 50;
   p.ignore_eos = true;
@@ -145,11 +145,11 @@ TEST_F(EngineTest, AbortFreesStateAndReportsAbort) {
   EXPECT_EQ(why.at("drop/0"), FinishReason::Abort);
   EXPECT_EQ(why.at("keep/0"), FinishReason::Length);
   EXPECT_EQ(early + got.at("keep/0").size(), 50u);
-  EXPECT_EQ(e.stats().used_slots + e.stats().used_pages, 0);
+  EXPECT_EQ(e.stats().used_slots + e.stats().used_blocks, 0);
 }
 
 TEST_F(EngineTest, StopTokensAndMaxTokens) {
-  Engine e(*model_, small_config(64, 4096));
+  Engine e(*model_, small_config(64, 64));
   SamplingParams p;
   p.temperature = 0;
   p.max_tokens = 8;
@@ -192,7 +192,7 @@ TEST_F(EngineTest, BadRequestsAreNamed) {
   expect_error("d", {5}, bad, "top_p");
   e.add_request("dup", {5}, ok);
   expect_error("dup", {5}, ok, "already in flight");
-  EngineConfig tight = small_config(64, 2);
+  EngineConfig tight = small_config(64, 1);  // 204 tokens need two token blocks
   Engine t(*model_, tight);
   try {
     t.add_request("long", prompt_of(0, 200), ok);
@@ -205,7 +205,7 @@ TEST_F(EngineTest, BadRequestsAreNamed) {
 // Penalties and logprobs go through the runner's sampling stage (penalties applied where the logits are, logprobs
 // from the raw row brought home): tokens and logprobs are those of the host sampler on the solo logits.
 TEST_F(EngineTest, PenaltiesAndLogprobsThroughTheSamplingStageMatchTheHostSampler) {
-  Engine e(*model_, small_config(/*budget=*/40, /*pages=*/4096));
+  Engine e(*model_, small_config(/*budget=*/40, /*blocks=*/64));
   std::map<std::string, std::vector<int32_t>> expected;
   std::map<std::string, std::vector<float>> expected_logprobs;
   for (int q = 0; q < 4; ++q) {
@@ -253,7 +253,7 @@ TEST_F(EngineTest, PenaltiesAndLogprobsThroughTheSamplingStageMatchTheHostSample
 // bit, whether the prompt ran in chunks and whether the sequence was preempted and recomputed on the way.
 TEST_F(EngineTest, LogitsCaptureGivesEveryPromptRowAndEachPickedRow) {
   for (const bool crowded : {false, true}) {
-    Engine e(*model_, crowded ? small_config(/*budget=*/64, /*pages=*/40, /*seqs=*/4) : small_config(/*budget=*/48, /*pages=*/4096));
+    Engine e(*model_, crowded ? small_config(/*budget=*/64, /*blocks=*/5, /*seqs=*/4) : small_config(/*budget=*/48, /*blocks=*/64));
     SamplingParams p;
     p.temperature = 0.7;
     p.seed = 5;

@@ -36,7 +36,7 @@ class SchedulerTest : public ::testing::Test {
 model::v4::Model* SchedulerTest::model_ = nullptr;
 
 TEST_F(SchedulerTest, ChunksPrefillsUnderTheBudgetAndPutsDecodesFirst) {
-  model::v4::StatePool pool(*model_, {4, 1024, 512});
+  model::v4::StatePool pool(*model_, {4, 64});
   Scheduler sch({4, 32}, pool);
   Sequence a = make(0, 10), b = make(1, 100);
   sch.add(&a);
@@ -66,7 +66,7 @@ TEST_F(SchedulerTest, ChunksPrefillsUnderTheBudgetAndPutsDecodesFirst) {
 }
 
 TEST_F(SchedulerTest, RespectsSlotsAndSequenceLimit) {
-  model::v4::StatePool pool(*model_, {2, 1024, 512});
+  model::v4::StatePool pool(*model_, {2, 64});
   Scheduler sch({8, 1000}, pool);
   Sequence s[3] = {make(0, 5), make(1, 5), make(2, 5)};
   for (Sequence& q : s) sch.add(&q);
@@ -78,21 +78,22 @@ TEST_F(SchedulerTest, RespectsSlotsAndSequenceLimit) {
   EXPECT_EQ(sch.plan_step().spans.size(), 2u);  // s[1] decodes, s[2] admitted
 }
 
-TEST_F(SchedulerTest, PreemptsTheNewestWhenPagesRunOut) {
-  // Pages of 512 floats hold 8 main entries (dim 64) or 16 indexer entries (dim 32); a 130-token prompt of the
-  // tiny model needs 13 pages: per CSA layer 4 (32 main entries) + 2 (32 indexer entries), 1 for the HCA entry.
-  // Two such prompts fill 26 pages exactly; the first decode step that closes a new window needs one more each.
-  model::v4::StatePool pool(*model_, {3, 26, 512});
-  EXPECT_EQ(pool.pages_for_tokens(130), 13);
+TEST_F(SchedulerTest, PreemptsTheNewestWhenBlocksRunOut) {
+  // A token block holds 128 tokens' entries of every layer: a 130-token prompt of the tiny model needs one (its
+  // windows close at 4, 8, … 128), two such prompts fill a two-block pool, and the decode step that closes the
+  // window 128…131 needs a second block each.
+  model::v4::StatePool pool(*model_, {3, 2});
+  EXPECT_EQ(pool.blocks_for_tokens(130), 1);
+  EXPECT_EQ(pool.blocks_for_tokens(132), 2);
   Scheduler sch({3, 1000}, pool);
   Sequence a = make(0, 130), b = make(1, 130);
   sch.add(&a);
   sch.add(&b);
   StepPlan p = sch.plan_step();
   ASSERT_EQ(p.spans.size(), 2u);
-  EXPECT_EQ(pool.free_pages(), 0);
+  EXPECT_EQ(pool.free_blocks(), 0);
   run(sch, pool, p, {&a, &b});
-  // Decoding needs new pages soon; keep stepping until the pool is short and b (the newest) is preempted.
+  // Decoding needs new blocks soon; keep stepping until the pool is short and b (the newest) is preempted.
   bool preempted = false;
   for (int i = 0; i < 40 && !preempted; ++i) {
     p = sch.plan_step();

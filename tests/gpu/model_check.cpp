@@ -153,7 +153,7 @@ void check_batch(const std::string& name, const Bar& bar, const Model& cpu, cons
   const std::vector<int64_t> lens = {5, 131, 300};
   StatePoolLimits limits;
   limits.max_sequences = 5;
-  limits.entry_pages = 5 * gpu.pages_for_tokens(400);
+  limits.blocks = 5 * gpu.blocks_for_tokens(400);
   StatePool pool(gpu, limits);
   std::vector<SequenceState> solo;
   std::vector<SequenceState*> batched;
@@ -179,20 +179,20 @@ void check_batch(const std::string& name, const Bar& bar, const Model& cpu, cons
       std::vector<int32_t> tokens = step == 0 ? prompt_of(lens[q], vocab, static_cast<int64_t>(q) + 1)
                                               : std::vector<int32_t>{next[q]};
       if (!pool.reserve(*batched[q], static_cast<int64_t>(tokens.size()))) {
-        std::printf("%-10s batch: the pool could not reserve pages\n", name.c_str());
+        std::printf("%-10s batch: the pool could not reserve token blocks\n", name.c_str());
         ++failures;
         return;
       }
       chunks.push_back({tokens, batched[q], false});
     }
     if (!pool.reserve(*twin, static_cast<int64_t>(chunks.back().tokens.size()))) {
-      std::printf("%-10s batch: the pool could not reserve pages\n", name.c_str());
+      std::printf("%-10s batch: the pool could not reserve token blocks\n", name.c_str());
       ++failures;
       return;
     }
     chunks.push_back({chunks.back().tokens, twin, false});
     if (!pool.reserve(*sample_twin, static_cast<int64_t>(chunks.back().tokens.size()))) {
-      std::printf("%-10s batch: the pool could not reserve pages\n", name.c_str());
+      std::printf("%-10s batch: the pool could not reserve token blocks\n", name.c_str());
       ++failures;
       return;
     }
@@ -262,7 +262,7 @@ void check_graphs(const std::string& name, const std::string& dir, Precision pre
   const std::vector<int64_t> lens = {5, 131, 1000};
   StatePoolLimits limits;
   limits.max_sequences = 3;
-  limits.entry_pages = 3 * eager.pages_for_tokens(1100);
+  limits.blocks = 3 * eager.blocks_for_tokens(1100);
   StatePool eager_pool(eager, limits), graphed_pool(graphed, limits);
   std::vector<SequenceState*> a, b;
   for (size_t q = 0; q < lens.size(); ++q) {
@@ -281,7 +281,7 @@ void check_graphs(const std::string& name, const std::string& dir, Precision pre
       const bool pick_only = step > 0 && q + 1 == lens.size();
       if (!eager_pool.reserve(*a[q], static_cast<int64_t>(tokens.size())) ||
           !graphed_pool.reserve(*b[q], static_cast<int64_t>(tokens.size()))) {
-        std::printf("%-10s graphs: the pool could not reserve pages\n", name.c_str());
+        std::printf("%-10s graphs: the pool could not reserve token blocks\n", name.c_str());
         ++failures;
         return;
       }

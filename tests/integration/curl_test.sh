@@ -91,7 +91,7 @@ out=$(curl -sS -o /dev/null -w '%{http_code}' "$url/v1/nowhere")
 # --- open endpoints, then the engine is idle
 [ "$(curl -sS -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] || fail "/health"
 metrics=$(curl -sS "$url/metrics")
-for name in strata_num_requests_running strata_num_requests_waiting strata_state_pool_used_pages; do
+for name in strata_num_requests_running strata_num_requests_waiting strata_state_pool_used_blocks; do
   expect_match "$name" "$metrics" "^$name\\{model_name=\"curl-model\"\\} 0$"
 done
 expect_match "errors counted" "$metrics" '^strata_http_errors_total\{model_name="curl-model",status="400"\} 2$'

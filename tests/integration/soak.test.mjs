@@ -152,7 +152,7 @@ test(`${CLIENTS} concurrent streams, a third leaving mid-stream; the engine ends
         const m = await fetchMetrics(server.origin);
         peak.running = Math.max(peak.running, m.get('strata_num_requests_running'));
         peak.waiting = Math.max(peak.waiting, m.get('strata_num_requests_waiting'));
-        peak.pages = Math.max(peak.pages, m.get('strata_state_pool_used_pages'));
+        peak.blocks = Math.max(peak.blocks, m.get('strata_state_pool_used_blocks'));
         await new Promise((r) => setTimeout(r, 50));
       }
     })();
@@ -170,10 +170,10 @@ test(`${CLIENTS} concurrent streams, a third leaving mid-stream; the engine ends
     assert.deepEqual(failures, [], `clients failed:\n${failures.slice(0, 5).join('\n')}`);
     const left = results.filter((r) => r.value === 'left').length;
     console.log(`# ${CLIENTS} clients in ${Date.now() - started} ms, ${left} left early; peak running ${peak.running}, ` +
-                `waiting ${peak.waiting}, state pages ${peak.pages}; server CPU ${server.cpuSeconds().toFixed(1)} s`);
+                `waiting ${peak.waiting}, state pages ${peak.blocks}; server CPU ${server.cpuSeconds().toFixed(1)} s`);
     assert.ok(left >= CLIENTS / 6, `enough clients left early (${left})`);
     assert.ok(peak.waiting > 0, 'sequences queued behind --max-num-seqs');
-    assert.ok(peak.pages > 0, 'the clients used state pages');
+    assert.ok(peak.blocks > 0, 'the clients used state pages');
 
     // Aborts reach the engine asynchronously: poll until it is empty.
     const idle = await waitForIdleEngine(server.origin, 30_000);

@@ -114,7 +114,7 @@ export async function fetchMetrics(origin) {
 export async function waitForIdleEngine(origin, deadlineMs = 30_000) {
   const until = Date.now() + deadlineMs;
   const idleKeys = ['strata_num_requests_running', 'strata_num_requests_waiting', 'strata_state_pool_used_slots',
-                    'strata_state_pool_used_pages'];
+                    'strata_state_pool_used_blocks'];
   for (;;) {
     const metrics = await fetchMetrics(origin);
     const busy = idleKeys.filter((k) => metrics.get(k) !== 0);

@@ -76,8 +76,8 @@ TEST(Metrics, TextFormat) {
   stats.running = 2;
   stats.waiting = 1;
   stats.used_slots = 2;
-  stats.used_pages = 5;
-  stats.total_pages = 20;
+  stats.used_blocks = 5;
+  stats.total_blocks = 20;
   stats.preemptions = 3;
   const std::string text = m.render(stats, 8, 4);
 
@@ -108,7 +108,7 @@ TEST(Metrics, TextFormat) {
   const std::string model = R"(model_name="tiny \"v4\"")";
   EXPECT_EQ(s.at("strata_num_requests_running{" + model + "}"), 2);
   EXPECT_EQ(s.at("strata_num_requests_waiting{" + model + "}"), 1);
-  EXPECT_EQ(s.at("strata_state_pool_used_pages{" + model + "}"), 5);
+  EXPECT_EQ(s.at("strata_state_pool_used_blocks{" + model + "}"), 5);
   EXPECT_EQ(s.at("strata_state_pool_total_slots{" + model + "}"), 8);
   EXPECT_DOUBLE_EQ(s.at("strata_state_pool_usage_ratio{" + model + "}"), 0.25);
   EXPECT_EQ(s.at("strata_num_preemptions_total{" + model + "}"), 3);

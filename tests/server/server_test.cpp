@@ -29,7 +29,7 @@ engine::EngineConfig engine_config() {
   c.scheduler.max_num_seqs = 8;
   c.scheduler.max_num_batched_tokens = 256;
   c.pool.max_sequences = 8;
-  c.pool.entry_pages = 256;
+  c.pool.blocks = 64;
   return c;
 }
 
@@ -94,7 +94,7 @@ class ServerEndToEnd : public ::testing::Test {
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
     while (std::chrono::steady_clock::now() < until) {
       const engine::EngineStats s = server_->engine_stats();
-      if (s.running == 0 && s.waiting == 0 && s.used_slots == 0 && s.used_pages == 0) return true;
+      if (s.running == 0 && s.waiting == 0 && s.used_slots == 0 && s.used_blocks == 0) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     return false;
@@ -463,7 +463,7 @@ TEST_F(ServerEndToEnd, GracefulShutdown) {
   EXPECT_TRUE(server->stopped());
   const engine::EngineStats s = server->engine_stats();
   EXPECT_EQ(s.used_slots, 0);
-  EXPECT_EQ(s.used_pages, 0);
+  EXPECT_EQ(s.used_blocks, 0);
 }
 
 }  // namespace

@@ -27,15 +27,18 @@ Mat CpuBackend::sparse_attention(const Mat& q, const Mat& kv, const std::vector<
         if (keys_of != s) {
           const int64_t seq = step.rows.sequence[s];
           const int64_t pos = step.rows.position[s], pos0 = step.rows.pos0[seq], first = step.rows.first[seq];
-          const LayerState& st = step.layer_state(seq, layer);
+          const SequenceState& st = step.state(seq);
+          const float* ring = st.swa(layer);
+          const int64_t ring_rows = st.layout->window_rows;
+          const CompressorLayout& comp = st.layer(layer).compressor;
           keys.clear();
           for (int64_t j = std::max<int64_t>(0, pos - window + 1); j <= pos; ++j)
-            keys.push_back(j >= pos0 ? kv.row(first + j - pos0) : st.swa.data() + (j % window) * hd);
+            keys.push_back(j >= pos0 ? kv.row(first + j - pos0) : ring + (j % ring_rows) * hd);
           if (keys_kind == AttentionKeys::WindowAndPicked) {
-            for (int32_t e : picks[s]) keys.push_back(st.compressor.entry(e));
+            for (int32_t e : picks[s]) keys.push_back(st.entry(comp, e));
           } else if (keys_kind == AttentionKeys::WindowAndAllEntries) {
-            const int64_t visible = std::min((pos + 1) / st.compressor.rate, st.compressor.n_entries);
-            for (int64_t e = 0; e < visible; ++e) keys.push_back(st.compressor.entry(e));
+            // Every window closed at or before this row's position (the step's compressor ran before attention).
+            for (int64_t e = 0; e < comp.entries(pos + 1); ++e) keys.push_back(st.entry(comp, e));
           }
           logits.resize(keys.size() + 1);
           keys_of = s;
@@ -52,13 +55,17 @@ Mat CpuBackend::sparse_attention(const Mat& q, const Mat& kv, const std::vector<
   return out;
 }
 
-void CpuBackend::update_window(const Mat& kv, const Step& step, int64_t layer, int64_t window) const {
+// The ring keeps window + max_rollback - 1 positions (state_layout.h), so the tokens a rollback drops overwrite
+// none that the kept prefix's window needs. A chunk longer than the ring writes only its last ring-full.
+void CpuBackend::update_window(const Mat& kv, const Step& step, int64_t layer, int64_t) const {
   const int64_t hd = kv.cols;
   for (int64_t c = 0; c < step.rows.chunks(); ++c) {
     const int64_t first = step.rows.first[c], count = step.rows.count[c];
-    std::vector<float>& swa = step.layer_state(c, layer).swa;
-    for (int64_t s = std::max<int64_t>(0, count - window); s < count; ++s)
-      std::copy(kv.row(first + s), kv.row(first + s) + hd, swa.begin() + ((step.rows.pos0[c] + s) % window) * hd);
+    const SequenceState& st = step.state(c);
+    const int64_t rows = st.layout->window_rows;
+    float* ring = st.swa(layer);
+    for (int64_t s = std::max<int64_t>(0, count - rows); s < count; ++s)
+      std::copy(kv.row(first + s), kv.row(first + s) + hd, ring + ((step.rows.pos0[c] + s) % rows) * hd);
   }
 }
 

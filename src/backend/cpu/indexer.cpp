@@ -21,13 +21,14 @@ CpuBackend::Picks CpuBackend::indexer_topk(const Mat& q, const Mat& head_w, cons
 #pragma omp parallel for schedule(dynamic, 4)
   for (int64_t s = 0; s < q.rows; ++s) {
     const int64_t pos = step.rows.position[s];
-    const CompressorState& st = step.layer_state(step.rows.sequence[s], layer).indexer;
-    const int64_t visible = std::min((pos + 1) / st.rate, st.n_entries);
+    const SequenceState& st = step.state(step.rows.sequence[s]);
+    const CompressorLayout& ic = st.layer(layer).indexer;
+    const int64_t visible = ic.entries(pos + 1);
     std::vector<float> score(static_cast<size_t>(visible), 0.0f);
     for (int64_t t = 0; t < visible; ++t) {
       float acc = 0;
       for (int64_t h = 0; h < n_heads; ++h) {
-        const float qk = dot(q.row(s) + h * hd, st.entry(t), hd);
+        const float qk = dot(q.row(s) + h * hd, st.entry(ic, t), hd);
         acc += (std::max(qk, 0.0f) * softmax_scale) * (head_w.at(s, h) * weights_scale);
       }
       score[t] = acc;

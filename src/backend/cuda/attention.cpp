@@ -33,7 +33,7 @@ CudaBackend::Tensor CudaBackend::sparse_attention(const Tensor& q, const Tensor&
   const int64_t max_keys = window + extra;
   const float** keys = scratch_.alloc<const float*>(n * max_keys);
   int32_t* key_count = scratch_.alloc<int32_t>(n);
-  attention_keys(kv.data, state_, layout_[static_cast<size_t>(layer)].swa, window, hd, mode,
+  attention_keys(kv.data, state_, layout_.layers[static_cast<size_t>(layer)].swa, layout_.window_rows, window, hd, mode,
                  entry_table(layer, CompressorSlot::Attention), rate, picks.index, picks.count, picks.topk, rows_,
                  max_keys, keys, key_count, stream_);
   Tensor out = tensor(n, heads * hd);
@@ -49,9 +49,10 @@ CudaBackend::Tensor CudaBackend::sparse_attention(const Tensor& q, const Tensor&
   return out;
 }
 
-void CudaBackend::update_window(const Tensor& kv, const Step&, int64_t layer, int64_t window) {
+void CudaBackend::update_window(const Tensor& kv, const Step&, int64_t layer, int64_t) {
   STRATA_TIMED_OP("update_window");
-  cuda::update_window(kv.data, state_, layout_[static_cast<size_t>(layer)].swa, window, kv.cols, rows_, stream_);
+  cuda::update_window(kv.data, state_, layout_.layers[static_cast<size_t>(layer)].swa, layout_.window_rows, kv.cols,
+                      rows_, stream_);
 }
 
 }  // namespace strata::cuda

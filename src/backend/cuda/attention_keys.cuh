@@ -8,8 +8,8 @@ namespace strata::cuda {
 
 namespace {
 
-__global__ void attention_keys_kernel(const float* kv, float* const* ring, int64_t ring_offset, int64_t window,
-                                      int64_t hd, KeyEntries mode, EntryTable t, int64_t rate, const int32_t* picks,
+__global__ void attention_keys_kernel(const float* kv, float* const* ring, int64_t ring_offset, int64_t ring_rows,
+                                      int64_t window, int64_t hd, KeyEntries mode, EntryTable t, int64_t rate, const int32_t* picks,
                                       const int32_t* pick_count, int64_t topk, StepLayout L, int64_t max_keys,
                                       const float** keys, int32_t* key_count) {
   const int64_t r = blockIdx.x, chunk = L.chunk[r], pos = L.position[r];
@@ -19,7 +19,7 @@ __global__ void attention_keys_kernel(const float* kv, float* const* ring, int64
   const float** out = keys + r * max_keys;
   for (int64_t i = threadIdx.x; i < n_window; i += blockDim.x) {
     const int64_t j = lo + i;
-    out[i] = j >= pos0 ? kv + (first + j - pos0) * hd : ring[chunk] + ring_offset + (j % window) * hd;
+    out[i] = j >= pos0 ? kv + (first + j - pos0) * hd : ring[chunk] + ring_offset + (j % ring_rows) * hd;
   }
   int64_t n_entries = 0;
   if (mode == KeyEntries::Picked) {
@@ -34,31 +34,32 @@ __global__ void attention_keys_kernel(const float* kv, float* const* ring, int64
   if (threadIdx.x == 0) key_count[r] = static_cast<int32_t>(n_window + n_entries);
 }
 
-__global__ void update_window_kernel(const float* kv, float* const* ring, int64_t ring_offset, int64_t window,
+__global__ void update_window_kernel(const float* kv, float* const* ring, int64_t ring_offset, int64_t ring_rows,
                                      int64_t hd, StepLayout L) {
   const int64_t r = blockIdx.x, chunk = L.chunk[r];
-  if (r - L.first[chunk] < L.count[chunk] - window) return;
-  float* dst = ring[chunk] + ring_offset + (L.position[r] % window) * hd;
+  if (r - L.first[chunk] < L.count[chunk] - ring_rows) return;
+  float* dst = ring[chunk] + ring_offset + (L.position[r] % ring_rows) * hd;
   for (int64_t c = threadIdx.x; c < hd; c += blockDim.x) dst[c] = kv[r * hd + c];
 }
 
 }  // namespace
 
-void attention_keys(const float* kv, float* const* ring, int64_t ring_offset, int64_t window, int64_t head_dim,
+void attention_keys(const float* kv, float* const* ring, int64_t ring_offset, int64_t ring_rows, int64_t window,
+                    int64_t head_dim,
                     KeyEntries mode, const EntryTable& entries, int64_t rate, const int32_t* picks,
                     const int32_t* pick_count, int64_t topk, const StepLayout& rows, int64_t max_keys,
                     const float** keys, int32_t* key_count, cudaStream_t stream) {
   if (rows.rows == 0) return;
   attention_keys_kernel<<<static_cast<unsigned>(rows.rows), kThreads, 0, stream>>>(
-      kv, ring, ring_offset, window, head_dim, mode, entries, rate, picks, pick_count, topk, rows, max_keys, keys,
+      kv, ring, ring_offset, ring_rows, window, head_dim, mode, entries, rate, picks, pick_count, topk, rows, max_keys, keys,
       key_count);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
-void update_window(const float* kv, float* const* ring, int64_t ring_offset, int64_t window, int64_t head_dim,
+void update_window(const float* kv, float* const* ring, int64_t ring_offset, int64_t ring_rows, int64_t head_dim,
                    const StepLayout& rows, cudaStream_t stream) {
   if (rows.rows == 0) return;
-  update_window_kernel<<<static_cast<unsigned>(rows.rows), kThreads, 0, stream>>>(kv, ring, ring_offset, window,
+  update_window_kernel<<<static_cast<unsigned>(rows.rows), kThreads, 0, stream>>>(kv, ring, ring_offset, ring_rows,
                                                                                   head_dim, rows);
   STRATA_CUDA_CHECK_LAUNCH();
 }

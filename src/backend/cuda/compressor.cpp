@@ -10,18 +10,16 @@ using namespace model::v4;
 void CudaBackend::compress(const CompressorWeights& w, const Tensor& kv, const Tensor& gate, const Step&,
                            int64_t layer, CompressorSlot slot, const RopeTable& rope, double eps) {
   STRATA_TIMED_OP("compress");
-  const CompressorOffsets& o =
-      slot == CompressorSlot::Attention ? layout_[static_cast<size_t>(layer)].compressor : layout_[static_cast<size_t>(layer)].indexer;
+  const CompressorLayout& o = layout_.layers[static_cast<size_t>(layer)].of(slot == CompressorSlot::Indexer);
   CompressorStep c;
   c.kv = kv.data;
   c.gate = gate.data;
   c.ape = weights_.vec(w.ape);
   c.norm = weights_.vec(w.norm);
   c.state = state_;
-  c.pending_kv = o.pending_kv;
-  c.pending_gate = o.pending_gate;
-  c.overlap_kv = o.overlap_kv;
-  c.overlap_gate = o.overlap_gate;
+  c.ring_kv = o.ring_kv;
+  c.ring_gate = o.ring_gate;
+  c.ring_rows = o.ring_rows;
   c.rate = w.rate;
   c.width = w.overlap ? 2 * w.dim : w.dim;
   c.dim = w.dim;

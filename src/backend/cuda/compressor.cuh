@@ -1,5 +1,5 @@
 #pragma once
-// Kernels of compressor.h: a compressor's closing windows, overlap and pending buffers.
+// Kernels of compressor.h: a compressor's closing windows and its ring of raw projections.
 // Compiled once, through v4_kernels.cu (one nvcc translation unit for every V4 kernel: see there).
 #include "backend/cuda/compressor.h"
 #include "backend/cuda/v4_device.cuh"
@@ -9,8 +9,8 @@ namespace strata::cuda {
 namespace {
 
 // The (kv, gate) pair of window position j of window w, own half (`half_offset` = dim with overlap) or the
-// next-window half (offset 0): from this step's rows when the token is in this step, else from the pending buffer
-// (only the window open when the step began can have earlier tokens).
+// next-window half (offset 0): from this step's rows when the token is in this step, else from the ring of raw
+// projections (position q in row q % ring_rows; state_layout.h keeps every position an entry still needs).
 struct WindowSource {
   const CompressorStep& c;
   int64_t chunk, pos0, first;
@@ -22,8 +22,9 @@ struct WindowSource {
       kv = c.kv[row * c.width + col];
       gate = c.gate[row * c.width + col];
     } else {
-      kv = state[c.pending_kv + j * c.width + col];
-      gate = state[c.pending_gate + j * c.width + col];
+      const int64_t row = q % c.ring_rows;
+      kv = state[c.ring_kv + row * c.width + col];
+      gate = state[c.ring_gate + row * c.width + col];
     }
   }
 };
@@ -37,7 +38,6 @@ __global__ void compress_entries_kernel(CompressorStep c, StepLayout L, const in
   if (chunk < 0) return;  // the whole block: padding
   const int64_t pos0 = L.pos0[chunk], first = L.first[chunk];
   const WindowSource src{c, chunk, pos0, first, c.state[chunk]};
-  const int64_t start_window = pos0 / c.rate;  // open when the step began
   const int64_t ch = threadIdx.x;
   float value = 0.0f;
   if (ch < c.dim) {
@@ -54,14 +54,8 @@ __global__ void compress_entries_kernel(CompressorStep c, StepLayout L, const in
     if (c.overlap && w > 0) {
       for (int64_t j = 0; j < c.rate; ++j) {
         float kv, gate;
-        if (w - 1 < start_window) {  // closed before this step: kept in the overlap buffer (ape included)
-          kv = src.state[c.overlap_kv + j * c.dim + ch];
-          gate = src.state[c.overlap_gate + j * c.dim + ch];
-        } else {
-          src.get(w - 1, j, ch, kv, gate);
-          gate += c.ape[j * c.width + ch];
-        }
-        add(gate, kv);
+        src.get(w - 1, j, ch, kv, gate);
+        add(gate + c.ape[j * c.width + ch], kv);
       }
     }
     for (int64_t j = 0; j < c.rate; ++j) {
@@ -91,32 +85,16 @@ __global__ void compress_entries_kernel(CompressorStep c, StepLayout L, const in
   }
 }
 
-// After the entries: when a window closed, the overlap buffer takes the last closed window's first half (+ ape).
-__global__ void compress_overlap_kernel(CompressorStep c, StepLayout L) {
-  const int64_t chunk = blockIdx.x, pos0 = L.pos0[chunk], end = pos0 + L.count[chunk];
-  const int64_t e0 = pos0 / c.rate, e1 = end / c.rate;
-  if (e1 == e0) return;
+// After the entries: every token's raw projections go to the ring, the last ring_rows of each chunk (earlier ones
+// would be overwritten within the chunk, and no later step needs them).
+__global__ void compress_ring_kernel(CompressorStep c, StepLayout L) {
+  const int64_t r = blockIdx.x, chunk = L.chunk[r];
+  if (r - L.first[chunk] < L.count[chunk] - c.ring_rows) return;
   float* state = c.state[chunk];
-  const WindowSource src{c, chunk, pos0, L.first[chunk], state};
-  for (int64_t i = threadIdx.x; i < c.rate * c.dim; i += blockDim.x) {
-    const int64_t j = i / c.dim, ch = i % c.dim;
-    float kv, gate;
-    src.get(e1 - 1, j, ch, kv, gate);
-    state[c.overlap_kv + i] = kv;
-    state[c.overlap_gate + i] = gate + c.ape[j * c.width + ch];
-  }
-}
-
-// Last: tokens of the window still open at the end of the step go to the pending buffer.
-__global__ void compress_pending_kernel(CompressorStep c, StepLayout L) {
-  const int64_t r = blockIdx.x, chunk = L.chunk[r], pos = L.position[r];
-  const int64_t end = L.pos0[chunk] + L.count[chunk];
-  if (pos < end / c.rate * c.rate) return;
-  float* state = c.state[chunk];
-  const int64_t j = pos % c.rate;
+  const int64_t row = L.position[r] % c.ring_rows;
   for (int64_t col = threadIdx.x; col < c.width; col += blockDim.x) {
-    state[c.pending_kv + j * c.width + col] = c.kv[r * c.width + col];
-    state[c.pending_gate + j * c.width + col] = c.gate[r * c.width + col];
+    state[c.ring_kv + row * c.width + col] = c.kv[r * c.width + col];
+    state[c.ring_gate + row * c.width + col] = c.gate[r * c.width + col];
   }
 }
 
@@ -131,12 +109,8 @@ void compress(const CompressorStep& c, const StepLayout& rows, const int32_t* wo
                               stream>>>(c, rows, work);
     STRATA_CUDA_CHECK_LAUNCH();
   }
-  if (c.overlap && rows.chunks > 0) {
-    compress_overlap_kernel<<<static_cast<unsigned>(rows.chunks), kThreads, 0, stream>>>(c, rows);
-    STRATA_CUDA_CHECK_LAUNCH();
-  }
   if (rows.rows > 0) {
-    compress_pending_kernel<<<static_cast<unsigned>(rows.rows), kThreads, 0, stream>>>(c, rows);
+    compress_ring_kernel<<<static_cast<unsigned>(rows.rows), kThreads, 0, stream>>>(c, rows);
     STRATA_CUDA_CHECK_LAUNCH();
   }
 }

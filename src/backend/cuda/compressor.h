@@ -10,15 +10,15 @@
 namespace strata::cuda {
 
 // One compressor's step (CpuBackend::compress). `work` lists (chunk, window) pairs of the windows that close in
-// this step; `state` holds each chunk's pending/overlap buffers (pending_kv, pending_gate [rate, width],
-// overlap_kv, overlap_gate [rate, dim]) at state[c] + offset.
+// this step; `state` holds each chunk's rings of raw projections (ring_kv, ring_gate [ring_rows, width], position p
+// in row p % ring_rows: model/deepseek_v4/state_layout.h) at state[c] + offset.
 struct CompressorStep {
   const float* kv = nullptr;    // this step's projections [rows, width]
   const float* gate = nullptr;  // [rows, width]
   const float* ape = nullptr;   // [rate, width]
   const float* norm = nullptr;  // [dim]
   float* const* state = nullptr;  // per chunk: its sequence's fixed-state base
-  int64_t pending_kv = 0, pending_gate = 0, overlap_kv = 0, overlap_gate = 0;  // offsets in floats
+  int64_t ring_kv = 0, ring_gate = 0, ring_rows = 0;  // offsets in floats, rows
   int64_t rate = 0, width = 0, dim = 0;
   bool overlap = false;
   const float* inv_freq = nullptr;  // compress RoPE [half]

@@ -1,4 +1,4 @@
-// CudaBackend's step: begin_step's uploads (rows, state blocks, entry pages, the windows that close), the recording
+// CudaBackend's step: begin_step's uploads (rows, fixed-state blocks, token block tables, the windows that close), the recording
 // and replay of decode steps as CUDA graphs, end_step, to_host. Its ops are in one file per concept (linear.cpp,
 // norm_rope.cpp, mhc.cpp, compressor.cpp, indexer.cpp, attention.cpp, moe.cpp; src/backend/README.md lists them);
 // DeviceWeights is in device_weights.cpp.
@@ -14,7 +14,7 @@ using model::ModelConfig;
 using namespace model::v4;
 
 CudaBackend::CudaBackend(const DeviceWeights& weights, Gemm& gemm, Scratch& scratch,
-                         const std::vector<LayerOffsets>& layout, const ModelConfig& cfg,
+                         const StateLayout& layout, const ModelConfig& cfg,
                          const std::vector<const RopeTable*>& ropes, cudaStream_t stream, OpClock* clock)
     : weights_(weights),
       gemm_(gemm),
@@ -24,10 +24,6 @@ CudaBackend::CudaBackend(const DeviceWeights& weights, Gemm& gemm, Scratch& scra
       ropes_(ropes),
       stream_(stream),
       clock_(clock) {}
-
-static CompressorState& compressor_of(LayerState& ls, CompressorSlot slot) {
-  return slot == CompressorSlot::Attention ? ls.compressor : ls.indexer;
-}
 
 namespace {
 
@@ -90,64 +86,58 @@ void CudaBackend::begin_step(const Step& step) {
                at_tokens = pack.add(r.tokens);
   std::vector<float*> bases(static_cast<size_t>(chunks));
   for (int64_t c = 0; c < chunks; ++c) {
-    const SequenceState& s = *(*step.chunks)[static_cast<size_t>(c)].state;
-    if (!s.device_state) fail("CUDA forward: sequence ", c, " has no device state (made by another backend?)");
-    bases[static_cast<size_t>(c)] = static_cast<float*>(s.device_state.get());
+    const SequenceState& s = step.state(c);
+    if (s.layout != &layout_) fail("CUDA forward: sequence ", c, " has a state of another model or backend");
+    bases[static_cast<size_t>(c)] = s.fixed.get();
   }
   const size_t at_state = pack.add(bases);
   // The rows whose logits the step computes (Forward::run asks hyper_head for them).
   wanted_ = &r.logits_rows;
   const size_t at_wanted = pack.add(std::vector<int32_t>(r.logits_rows.begin(), r.logits_rows.end()));
 
-  // Entry pages: every compressor gets the pages its new entries need now (a pool reserved them before the step),
-  // and its page list goes to the device, padded to a bound. Windows that close this step, per rate, padded to the
-  // most that can close (⌈count / rate⌉ per chunk) with (-1, 0) pairs.
+  // Token blocks: each chunk's block table (Forward::run made sure it holds this step's), padded to a bound,
+  // uploaded once; every compressor's entries sit at its own offset in those blocks
+  // (state_layout.h), so each gets an entry table over the same block ids. Windows that close this step, per rate,
+  // padded to the most that can close (⌈count / rate⌉ per chunk) with (-1, 0) pairs.
   tables_.assign(static_cast<size_t>(cfg_.num_hidden_layers * 2), EntryTable{});
-  std::vector<size_t> pages_at(tables_.size(), 0);
   std::map<int64_t, size_t> work_at;
+  BlockPool* pool = step.state(0).pool;
+  int64_t max_blocks = 1;
+  for (int64_t c = 0; c < chunks; ++c) {
+    SequenceState& s = step.state(c);
+    if (s.pool != pool) fail("CUDA forward: the sequences of one batch must share one block pool (a StatePool's)");
+    max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(s.blocks.size()));
+  }
+  max_blocks = pages_bound(max_blocks);
+  std::vector<int32_t> block_table(static_cast<size_t>(chunks * max_blocks), 0);
+  for (int64_t c = 0; c < chunks; ++c)
+    std::copy(step.state(c).blocks.begin(), step.state(c).blocks.end(), block_table.begin() + c * max_blocks);
+  const size_t blocks_at = pack.add(block_table);
+  shape.insert(shape.end(), {reinterpret_cast<intptr_t>(pool->base()), max_blocks});
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
     for (CompressorSlot slot : {CompressorSlot::Attention, CompressorSlot::Indexer}) {
-      const CompressorState& first = compressor_of(step.layer_state(0, l), slot);
-      if (!first.rate) continue;
-      int64_t max_pages = 1;
-      for (int64_t c = 0; c < chunks; ++c) {
-        CompressorState& st = compressor_of(step.layer_state(c, l), slot);
-        if (st.arena != first.arena)
-          fail("CUDA forward: the sequences of one batch must share one entry arena (a StatePool's)");
-        const int64_t closed = (r.pos0[c] + r.count[c]) / st.rate;
-        if (!st.ensure_room(closed))
-          fail("compressed-entry pages exhausted: the scheduler must reserve pages before running a step");
-        max_pages = std::max<int64_t>(max_pages, static_cast<int64_t>(st.pages.size()));
-      }
-      max_pages = pages_bound(max_pages);
-      std::vector<int32_t> pages(static_cast<size_t>(chunks * max_pages), 0);
-      for (int64_t c = 0; c < chunks; ++c) {
-        const CompressorState& st = compressor_of(step.layer_state(c, l), slot);
-        std::copy(st.pages.begin(), st.pages.end(), pages.begin() + c * max_pages);
-      }
-      const size_t t_index = static_cast<size_t>(l * 2 + (slot == CompressorSlot::Indexer));
-      EntryTable& t = tables_[t_index];
-      t.arena = first.arena->base();
-      pages_at[t_index] = pack.add(pages);
-      t.max_pages = max_pages;
-      t.page_floats = first.arena->page_floats();
-      t.per_page = first.entries_per_page();
-      t.dim = first.dim;
-      shape.insert(shape.end(), {reinterpret_cast<intptr_t>(t.arena), max_pages});
-      if (!work_.count(first.rate)) {
+      const CompressorLayout& cl = layout_.layers[static_cast<size_t>(l)].of(slot == CompressorSlot::Indexer);
+      if (!cl) continue;
+      EntryTable& t = tables_[static_cast<size_t>(l * 2 + (slot == CompressorSlot::Indexer))];
+      t.arena = pool->base() + cl.block_offset;
+      t.max_pages = max_blocks;
+      t.page_floats = layout_.block_floats;
+      t.per_page = cl.per_block;
+      t.dim = cl.dim;
+      if (!work_.count(cl.rate)) {
         std::vector<int32_t> work;
         int64_t most = 0, bound = 0;
         for (int64_t c = 0; c < chunks; ++c) {
-          const int64_t e0 = r.pos0[c] / first.rate, e1 = (r.pos0[c] + r.count[c]) / first.rate;
+          const int64_t e0 = r.pos0[c] / cl.rate, e1 = (r.pos0[c] + r.count[c]) / cl.rate;
           for (int64_t w = e0; w < e1; ++w) work.insert(work.end(), {static_cast<int32_t>(c), static_cast<int32_t>(w)});
           most = std::max(most, e1);
-          bound += (r.count[c] + first.rate - 1) / first.rate;
+          bound += (r.count[c] + cl.rate - 1) / cl.rate;
         }
         while (static_cast<int64_t>(work.size()) < 2 * bound) work.insert(work.end(), {-1, 0});
-        work_at[first.rate] = pack.add(work);
-        work_[first.rate] = {nullptr, bound};
-        closed_max_[first.rate] = entries_bound(most);
-        shape.insert(shape.end(), {first.rate, bound, closed_max_[first.rate]});
+        work_at[cl.rate] = pack.add(work);
+        work_[cl.rate] = {nullptr, bound};
+        closed_max_[cl.rate] = entries_bound(most);
+        shape.insert(shape.end(), {cl.rate, bound, closed_max_[cl.rate]});
       }
     }
 
@@ -171,8 +161,8 @@ void CudaBackend::begin_step(const Step& step) {
   }
   state_ = reinterpret_cast<float* const*>(at(at_state));
   wanted_device_ = reinterpret_cast<const int32_t*>(at(at_wanted));
-  for (size_t i = 0; i < tables_.size(); ++i)
-    if (tables_[i].arena) tables_[i].pages = reinterpret_cast<const int32_t*>(at(pages_at[i]));
+  for (EntryTable& t : tables_)
+    if (t.arena) t.pages = reinterpret_cast<const int32_t*>(at(blocks_at));
   for (auto& [rate, w] : work_) w.first = reinterpret_cast<const int32_t*>(at(work_at.at(rate)));
   routed_active_ = scratch_.alloc<int32_t>(cfg_.num_hidden_layers);
 
@@ -240,19 +230,7 @@ CudaBackend::~CudaBackend() {
   }
 }
 
-void CudaBackend::end_step(const Step& step) {
-  // The host's counters follow the device: entries closed and tokens pending after this step.
-  for (int64_t c = 0; c < step.rows.chunks(); ++c) {
-    const int64_t end = step.rows.pos0[c] + step.rows.count[c];
-    for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
-      for (CompressorSlot slot : {CompressorSlot::Attention, CompressorSlot::Indexer}) {
-        CompressorState& st = compressor_of(step.layer_state(c, l), slot);
-        if (!st.rate) continue;
-        st.n_entries = end / st.rate;
-        st.n_pending = end % st.rate;
-        st.has_overlap = st.width != st.dim && st.n_entries > 0;  // only CSA's compressors keep an overlap slice
-      }
-  }
+void CudaBackend::end_step(const Step&) {
   std::vector<int32_t> active(routed_experts_.size());
   if (!active.empty())
     STRATA_CUDA_CHECK(cudaMemcpyAsync(active.data(), routed_active_, active.size() * sizeof(int32_t),

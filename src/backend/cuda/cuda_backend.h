@@ -85,15 +85,6 @@ class DeviceWeights {
   GemmType type_;
 };
 
-// Where one layer's fixed state lives inside a sequence's device block (offsets in floats).
-struct CompressorOffsets {
-  int64_t pending_kv = 0, pending_gate = 0, overlap_kv = 0, overlap_gate = 0;
-};
-struct LayerOffsets {
-  int64_t swa = 0;
-  CompressorOffsets compressor, indexer;
-};
-
 class CudaBackend {
  public:
   struct Tensor {
@@ -115,7 +106,8 @@ class CudaBackend {
     int64_t rows = 0, k = 0;
   };
 
-  CudaBackend(const DeviceWeights& weights, Gemm& gemm, Scratch& scratch, const std::vector<LayerOffsets>& layout,
+  // `layout`: where each sequence's rings are in its fixed block, and its entries in token blocks (state_layout.h).
+  CudaBackend(const DeviceWeights& weights, Gemm& gemm, Scratch& scratch, const model::v4::StateLayout& layout,
               const model::ModelConfig& cfg, const std::vector<const model::v4::RopeTable*>& ropes, cudaStream_t stream,
               OpClock* clock = nullptr);
 
@@ -232,7 +224,7 @@ class CudaBackend {
   const DeviceWeights& weights_;
   Gemm& gemm_;
   Scratch& scratch_;
-  const std::vector<LayerOffsets>& layout_;
+  const model::v4::StateLayout& layout_;
   const model::ModelConfig& cfg_;
   std::vector<const model::v4::RopeTable*> ropes_;  // cos/sin rows of each are uploaded in begin_step
   cudaStream_t stream_;

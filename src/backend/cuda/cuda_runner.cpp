@@ -19,34 +19,8 @@ class CudaRunner : public ForwardRunner {
         weights_(p.w, gemm_type(precision), {&p.rope_main.inv_freq, &p.rope_compress.inv_freq}),
         graphs_(cuda.graphs),
         clock_(cuda.op_times) {
-    // Every sequence's block: per layer its window ring, then each compressor's pending and overlap buffers. State
-    // snapshots (model/deepseek_v4/state_snapshot.cpp, device_layout) find the buffers by this same order.
-    int64_t at = 0;
-    for (const LayerWeights& l : p.w.layers) {
-      cuda::LayerOffsets o;
-      o.swa = at;
-      at += p.cfg.sliding_window * p.cfg.head_dim;
-      auto place = [&](const CompressorWeights* c, cuda::CompressorOffsets& co) {
-        if (!c) return;
-        const int64_t width = c->overlap ? 2 * c->dim : c->dim;
-        co.pending_kv = at;
-        at += c->rate * width;
-        co.pending_gate = at;
-        at += c->rate * width;
-        if (c->overlap) {
-          co.overlap_kv = at;
-          at += c->rate * c->dim;
-          co.overlap_gate = at;
-          at += c->rate * c->dim;
-        }
-      };
-      place(l.attn.compressor ? &*l.attn.compressor : nullptr, o.compressor);
-      place(l.attn.indexer ? &l.attn.indexer->compressor : nullptr, o.indexer);
-      layout_.push_back(o);
-    }
-    block_floats_ = at;
     // A stream of its own (a recording cannot be made on the legacy stream); created blocking, so the legacy-stream
-    // copies of state (copy_floats, init_state) still order with the steps.
+    // copies of state (copy_floats, allocate_state's memset) still order with the steps.
     STRATA_CUDA_CHECK(cudaStreamCreate(&stream_));
   }
   ~CudaRunner() override {
@@ -57,7 +31,7 @@ class CudaRunner : public ForwardRunner {
 
   StepLogits run_step(std::vector<SequenceChunk>& chunks, const LogitsStage& stage,
                       const LayerObserver& observe) override {
-    cuda::CudaBackend backend(weights_, gemm_, scratch_, layout_, p_.cfg, {&p_.rope_main, &p_.rope_compress}, stream_,
+    cuda::CudaBackend backend(weights_, gemm_, scratch_, p_.layout, p_.cfg, {&p_.rope_main, &p_.rope_compress}, stream_,
                               &clock_);
     backend.set_host_staging(&staging_);
     backend.set_upload_staging(&upload_staging_);
@@ -70,12 +44,12 @@ class CudaRunner : public ForwardRunner {
   std::vector<int64_t> routed_experts_last_forward() const override { return routed_; }
   int64_t steps_replayed() const override { return graphs_.replays(); }
 
-  void init_state(SequenceState& s) override {
-    float* block = nullptr;
-    const size_t bytes = static_cast<size_t>(block_floats_) * sizeof(float);
-    STRATA_CUDA_CHECK(cudaMalloc(&block, bytes));
-    STRATA_CUDA_CHECK(cudaMemset(block, 0, bytes));
-    s.device_state = std::shared_ptr<float>(block, [](float* b) { cudaFree(b); });
+  std::shared_ptr<float> allocate_state(int64_t floats) override {
+    float* d = nullptr;
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(1, floats)) * sizeof(float);
+    STRATA_CUDA_CHECK(cudaMalloc(&d, bytes));
+    STRATA_CUDA_CHECK(cudaMemset(d, 0, bytes));
+    return std::shared_ptr<float>(d, [](float* b) { cudaFree(b); });
   }
 
   void copy_floats(float* dst, const float* src, int64_t n) override {
@@ -102,12 +76,6 @@ class CudaRunner : public ForwardRunner {
          cudaGetErrorString(e));
   }
 
-  std::shared_ptr<float> allocate_entry_storage(int64_t floats) override {
-    float* d = nullptr;
-    STRATA_CUDA_CHECK(cudaMalloc(&d, static_cast<size_t>(floats) * sizeof(float)));
-    return std::shared_ptr<float>(d, [](float* b) { cudaFree(b); });
-  }
-
  private:
   const Model::Parts& p_;
   std::vector<int64_t> routed_;
@@ -118,8 +86,6 @@ class CudaRunner : public ForwardRunner {
   cuda::HostStaging upload_staging_;  // and for each step's uploads
   cuda::StepGraphs graphs_;           // recorded decode steps (step_graphs.h)
   cudaStream_t stream_ = nullptr;
-  std::vector<cuda::LayerOffsets> layout_;
-  int64_t block_floats_ = 0;
   cuda::OpClock clock_;
 };
 

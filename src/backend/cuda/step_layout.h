@@ -1,12 +1,14 @@
 #pragma once
-// A step's rows and each compressor's entry pages on the device, as the V4 kernels read them (begin_step,
+// A step's rows and each compressor's entries (in token blocks) on the device, as the V4 kernels read them (begin_step,
 // cuda_backend.cpp, uploads both).
 #include <cstdint>
 
 namespace strata::cuda {
 
 // Where a compressor's entries are: entry n of chunk c is at
-//   arena + pages[c · max_pages + n / per_page] · page_floats + (n % per_page) · dim.
+//   arena + pages[c · max_pages + n / per_page] · page_floats + (n % per_page) · dim,
+// with pages = the chunks' token-block tables, arena = the block pool + this compressor's offset in a block and
+// page_floats = a whole block's floats (model/deepseek_v4/state_layout.h).
 struct EntryTable {
   const float* arena = nullptr;
   const int32_t* pages = nullptr;

@@ -45,6 +45,10 @@ class Forward {
     if (chunks.empty()) return {};
     Step step{make_step_rows(cfg_, chunks), &chunks};
     check_stage(stage, static_cast<int64_t>(step.rows.logits_rows.size()), cfg_.vocab_size);
+    // The token blocks this step's entries go to (a pool's scheduler reserved them; a lone state's pool grows).
+    for (SequenceChunk& ch : chunks)
+      if (!ch.state->ensure_blocks(static_cast<int64_t>(ch.tokens.size())))
+        fail("token blocks exhausted: the scheduler must reserve blocks before running a step");
     b_.begin_step(step);
     // A backend that recorded a step of this shape before runs the recording instead of the body (CUDA graphs of
     // decode steps); otherwise the body runs, and the backend may record it.

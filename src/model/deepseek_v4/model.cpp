@@ -50,7 +50,7 @@ StepRows make_step_rows(const ModelConfig& cfg, const std::vector<SequenceChunk>
   for (size_t c = 0; c < chunks.size(); ++c) {
     const SequenceChunk& ch = chunks[c];
     if (ch.tokens.empty()) fail("forward: sequence ", c, " of the batch has no tokens");
-    if (!ch.state || ch.state->layers.size() != static_cast<size_t>(cfg.num_hidden_layers))
+    if (!ch.state || !ch.state->layout || ch.state->layout->layers.size() != static_cast<size_t>(cfg.num_hidden_layers))
       fail("forward: sequence ", c, " of the batch has no state for this model");
     for (size_t other = 0; other < c; ++other)
       if (chunks[other].state == ch.state) fail("forward: sequence state ", c, " appears twice in one batch");
@@ -115,22 +115,9 @@ class CpuRunner : public ForwardRunner {
     const std::lock_guard<std::mutex> lock(routed_mutex_);
     return routed_;
   }
-  void init_state(SequenceState& s) override {
-    for (LayerState& ls : s.layers) {
-      ls.swa.assign(static_cast<size_t>(p_.cfg.sliding_window * p_.cfg.head_dim), 0.0f);
-      for (CompressorState* c : {&ls.compressor, &ls.indexer}) {
-        if (!c->rate) continue;
-        c->pending_kv.assign(static_cast<size_t>(c->rate * c->width), 0.0f);
-        c->pending_gate.assign(static_cast<size_t>(c->rate * c->width), 0.0f);
-        if (c->width != c->dim) {  // CSA overlap
-          c->overlap_kv.assign(static_cast<size_t>(c->rate * c->dim), 0.0f);
-          c->overlap_gate.assign(static_cast<size_t>(c->rate * c->dim), 0.0f);
-        }
-      }
-    }
-  }
-  std::shared_ptr<float> allocate_entry_storage(int64_t floats) override {
-    return std::shared_ptr<float>(new float[static_cast<size_t>(floats)](), std::default_delete<float[]>());
+  std::shared_ptr<float> allocate_state(int64_t floats) override {
+    return std::shared_ptr<float>(new float[static_cast<size_t>(std::max<int64_t>(1, floats))](),
+                                  std::default_delete<float[]>());
   }
   void copy_floats(float* dst, const float* src, int64_t n) override { std::copy(src, src + n, dst); }
   void to_host(float* dst, const float* src, int64_t n) override { std::copy(src, src + n, dst); }
@@ -142,23 +129,16 @@ class CpuRunner : public ForwardRunner {
   std::vector<int64_t> routed_;
 };
 
-CompressorState make_compressor_state(const CompressorWeights& w, EntryPageArena* arena) {
-  CompressorState s;
-  s.arena = arena;
-  s.rate = w.rate;
-  s.dim = w.dim;
-  s.width = w.overlap ? 2 * w.dim : w.dim;
-  return s;
-}
-
 }  // namespace
 
-Model::Model(ModelConfig config, ModelWeights weights, Device device, Precision precision, CudaSwitches cuda)
+Model::Model(ModelConfig config, ModelWeights weights, Device device, Precision precision, CudaSwitches cuda,
+             int64_t max_rollback)
     : parts_(std::make_unique<Parts>()), device_(device), precision_(precision) {
   parts_->rope_main = make_rope_table(config.rope_main, config.head_dim);
   parts_->rope_compress = make_rope_table(config.rope_compress, config.head_dim);
   parts_->cfg = std::move(config);
   parts_->w = std::move(weights);
+  parts_->layout = make_state_layout(parts_->cfg, parts_->w, max_rollback);
   if (device == Device::Cpu) dequantize_head(parts_->w);
   runner_ = device == Device::Cuda ? make_cuda_runner(*parts_, precision, cuda) : std::make_unique<CpuRunner>(*parts_);
 }
@@ -167,94 +147,81 @@ Model::~Model() = default;
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 
-SequenceState Model::new_sequence(EntryPageArena* arena, int64_t max_tokens) const {
-  const ModelConfig& cfg = parts_->cfg;
+SequenceState Model::new_sequence(BlockPool* pool, int64_t max_tokens) const {
   SequenceState s;
-  if (!arena) {
+  s.layout = &parts_->layout;
+  if (!pool) {
     if (device_ == Device::Cpu) {
-      s.own_arena = std::make_unique<EntryPageArena>();
+      s.own_pool = std::make_unique<BlockPool>(parts_->layout.block_floats);
     } else {
       if (max_tokens < 1) fail("new_sequence: a GPU sequence without a pool needs its maximum length");
-      s.own_arena = make_arena(EntryPageArena::kDefaultPageFloats, pages_for_tokens(max_tokens));
+      s.own_pool = make_block_pool(blocks_for_tokens(max_tokens));
     }
-    arena = s.own_arena.get();
+    pool = s.own_pool.get();
   }
-  const int64_t largest = std::max(cfg.head_dim, cfg.index_head_dim);
-  if (arena->page_floats() < largest)
-    fail("state pages of ", arena->page_floats(), " floats cannot hold one ", largest, "-wide compressed entry");
-  s.layers.resize(static_cast<size_t>(cfg.num_hidden_layers));
-  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
-    LayerState& ls = s.layers[static_cast<size_t>(l)];
-    const AttentionWeights& a = parts_->w.layers[static_cast<size_t>(l)].attn;
-    if (a.compressor) ls.compressor = make_compressor_state(*a.compressor, arena);
-    if (a.indexer) ls.indexer = make_compressor_state(a.indexer->compressor, arena);
-  }
-  runner_->init_state(s);
+  if (pool->block_floats() != parts_->layout.block_floats)
+    fail("new_sequence: a block pool of ", pool->block_floats(), "-float blocks, this model's blocks have ",
+         parts_->layout.block_floats);
+  s.pool = pool;
+  s.fixed = runner_->allocate_state(parts_->layout.fixed_floats);
   return s;
 }
 
-std::unique_ptr<EntryPageArena> Model::make_arena(int64_t page_floats, int64_t max_pages) const {
-  if (device_ == Device::Cpu) return std::make_unique<EntryPageArena>(page_floats, max_pages);
-  return std::make_unique<EntryPageArena>(page_floats, max_pages,
-                                          runner_->allocate_entry_storage(std::max<int64_t>(1, max_pages) * page_floats));
+std::unique_ptr<BlockPool> Model::make_block_pool(int64_t max_blocks) const {
+  const int64_t floats = parts_->layout.block_floats;
+  if (device_ == Device::Cpu) return std::make_unique<BlockPool>(floats, max_blocks);
+  return std::make_unique<BlockPool>(floats, max_blocks, runner_->allocate_state(std::max<int64_t>(1, max_blocks) * floats));
 }
 
-int64_t Model::fixed_state_floats() const {
-  const ModelConfig& cfg = parts_->cfg;
-  int64_t floats = 0;
-  for (const LayerWeights& l : parts_->w.layers) {
-    floats += cfg.sliding_window * cfg.head_dim;
-    for (const CompressorWeights* c : {l.attn.compressor ? &*l.attn.compressor : nullptr,
-                                       l.attn.indexer ? &l.attn.indexer->compressor : nullptr})
-      if (c) floats += 2 * c->rate * (c->overlap ? 2 * c->dim : c->dim) + (c->overlap ? 2 * c->rate * c->dim : 0);
-  }
-  return floats;
+namespace {
+
+void check_same_model(const SequenceState& from, const SequenceState& to, const StateLayout& layout, const char* op) {
+  if (from.layout != &layout || to.layout != &layout) fail(op, ": states of another model");
+  if (&from == &to) fail(op, ": a state onto itself");
 }
 
-int64_t Model::pages_for_tokens(int64_t tokens, int64_t page_floats) const {
-  int64_t pages = 0;
-  for (const LayerWeights& l : parts_->w.layers)
-    for (const CompressorWeights* c : {l.attn.compressor ? &*l.attn.compressor : nullptr,
-                                       l.attn.indexer ? &l.attn.indexer->compressor : nullptr})
-      if (c) {
-        const int64_t entries = tokens / c->rate, per_page = page_floats / c->dim;
-        pages += (entries + per_page - 1) / per_page;
-      }
-  return pages;
-}
+}  // namespace
 
 bool Model::copy_state(const SequenceState& from, SequenceState& to) const {
-  if (from.layers.size() != to.layers.size() || &from == &to) fail("copy_state: states of different models");
+  check_same_model(from, to, parts_->layout, "copy_state");
   to.reset();
-  for (size_t l = 0; l < from.layers.size(); ++l) {
-    const LayerState& a = from.layers[l];
-    LayerState& b = to.layers[l];
-    b.swa = a.swa;  // host buffers (empty on a GPU, whose buffers are in the device block below)
-    for (auto [src, dst] : {std::pair{&a.compressor, &b.compressor}, std::pair{&a.indexer, &b.indexer}}) {
-      if (!src->rate) continue;
-      if (!dst->ensure_room(src->n_entries)) {
-        to.reset();
-        return false;
-      }
-      const int64_t per_page = src->entries_per_page();
-      for (size_t p = 0; p * per_page < static_cast<size_t>(src->n_entries); ++p) {
-        const int64_t entries = std::min<int64_t>(per_page, src->n_entries - static_cast<int64_t>(p) * per_page);
-        runner_->copy_floats(dst->arena->page(dst->pages[p]), src->arena->page(src->pages[p]), entries * src->dim);
-      }
-      dst->pending_kv = src->pending_kv;
-      dst->pending_gate = src->pending_gate;
-      dst->overlap_kv = src->overlap_kv;
-      dst->overlap_gate = src->overlap_gate;
-      dst->n_entries = src->n_entries;
-      dst->n_pending = src->n_pending;
-      dst->has_overlap = src->has_overlap;
-    }
-  }
-  if (from.device_state && to.device_state)
-    runner_->copy_floats(static_cast<float*>(to.device_state.get()), static_cast<const float*>(from.device_state.get()),
-                         fixed_state_floats());
+  if (!to.ensure_blocks(from.num_tokens)) return false;
+  const int64_t block_floats = parts_->layout.block_floats;
+  for (size_t b = 0; b < to.blocks.size(); ++b)  // `from` may hold blocks reserved for its next step too
+    runner_->copy_floats(to.pool->block(to.blocks[b]), from.pool->block(from.blocks[b]), block_floats);
+  runner_->copy_floats(to.fixed.get(), from.fixed.get(), parts_->layout.fixed_floats);
   to.num_tokens = from.num_tokens;
   return true;
+}
+
+bool Model::fork_state(const SequenceState& from, SequenceState& to) const {
+  check_same_model(from, to, parts_->layout, "fork_state");
+  if (from.pool != to.pool) fail("fork_state: the states use different block pools (copy_state copies across pools)");
+  to.reset();
+  // Blocks past those of the kept tokens may be reserved for `from`'s next step: they are not forked.
+  const int64_t full = std::min<int64_t>(from.num_tokens / parts_->layout.block_tokens,
+                                         static_cast<int64_t>(from.blocks.size()));
+  const bool partial = from.num_tokens % parts_->layout.block_tokens != 0 &&
+                       static_cast<int64_t>(from.blocks.size()) > full;
+  if (partial && to.pool->max_blocks() && to.pool->free_blocks() < 1) return false;
+  for (int64_t b = 0; b < full; ++b) {
+    to.pool->retain(from.blocks[static_cast<size_t>(b)]);
+    to.blocks.push_back(from.blocks[static_cast<size_t>(b)]);
+  }
+  if (partial) {  // the block both will go on writing: a copy each
+    const int32_t mine = *to.pool->allocate();
+    runner_->copy_floats(to.pool->block(mine), from.pool->block(from.blocks[static_cast<size_t>(full)]),
+                         parts_->layout.block_floats);
+    to.blocks.push_back(mine);
+  }
+  runner_->copy_floats(to.fixed.get(), from.fixed.get(), parts_->layout.fixed_floats);
+  to.num_tokens = from.num_tokens;
+  return true;
+}
+
+void Model::rollback(SequenceState& state, int64_t num_tokens) const {
+  if (state.layout != &parts_->layout) fail("rollback: a state of another model");
+  state.rollback(num_tokens, [&](float* dst, const float* src, int64_t n) { runner_->copy_floats(dst, src, n); });
 }
 
 Mat Model::forward(const std::vector<int32_t>& tokens, SequenceState& state, bool all_logits,
@@ -284,11 +251,11 @@ std::vector<Mat> Model::forward_batch(std::vector<SequenceChunk>& chunks, const 
   return out;
 }
 
-Model load_model(const std::string& dir, Device device, Precision precision, CudaSwitches cuda) {
+Model load_model(const std::string& dir, Device device, Precision precision, CudaSwitches cuda, int64_t max_rollback) {
   ModelConfig cfg = load_config(dir);
   auto store = std::make_shared<TensorStore>(TensorStore::open(dir));
   ModelWeights weights = load_weights(cfg, store);
-  return Model(std::move(cfg), std::move(weights), device, precision, cuda);
+  return Model(std::move(cfg), std::move(weights), device, precision, cuda, max_rollback);
 }
 
 }  // namespace strata::model::v4

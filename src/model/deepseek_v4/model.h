@@ -13,6 +13,7 @@
 #include "model/deepseek_v4/forward.h"
 #include "model/deepseek_v4/rope.h"
 #include "model/deepseek_v4/state.h"
+#include "model/deepseek_v4/state_layout.h"
 #include "model/deepseek_v4/weights.h"
 
 namespace strata::model::v4 {
@@ -46,11 +47,10 @@ class ForwardRunner {
   // forward.h's Forward::run on this backend: the step, then its sampling stage.
   virtual StepLogits run_step(std::vector<SequenceChunk>& chunks, const LogitsStage& stage,
                               const LayerObserver& observe) = 0;
-  // Backend-side fixed state (sliding windows, compressor buffers) of a fresh sequence.
-  virtual void init_state(SequenceState& state) = 0;
-  // Storage for `floats` floats of compressed entries on the backend's device (EntryPageArena pages).
-  virtual std::shared_ptr<float> allocate_entry_storage(int64_t floats) = 0;
-  // dst[0, n) = src[0, n) for memory of this backend's device (entry pages, device state).
+  // `floats` zeroed floats on the backend's device: a sequence's fixed block (state_layout.h) or a BlockPool's
+  // storage.
+  virtual std::shared_ptr<float> allocate_state(int64_t floats) = 0;
+  // dst[0, n) = src[0, n) for memory of this backend's device (token blocks, fixed blocks).
   virtual void copy_floats(float* dst, const float* src, int64_t n) = 0;
   // Between host memory and this backend's device memory (state snapshots, state_snapshot.h).
   virtual void to_host(float* host_dst, const float* device_src, int64_t n) = 0;
@@ -64,8 +64,9 @@ class ForwardRunner {
 
 class Model {
  public:
+  // `max_rollback`: how many of its latest tokens a sequence's state can drop again (rollback; state_layout.h).
   Model(ModelConfig config, ModelWeights weights, Device device = Device::Cpu, Precision precision = Precision::Bf16,
-        CudaSwitches cuda = {});
+        CudaSwitches cuda = {}, int64_t max_rollback = 1);
   ~Model();
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
@@ -73,20 +74,27 @@ class Model {
   const ModelConfig& config() const { return parts_->cfg; }
   Device device() const { return device_; }
   Precision precision() const { return precision_; }
-  // A fresh state. Compressed entries go to `arena` (a StatePool's bounded one, made by make_arena) or, when null,
-  // to an arena the state owns: growable on the CPU, sized for `max_tokens` (required) on a GPU.
-  SequenceState new_sequence(EntryPageArena* arena = nullptr, int64_t max_tokens = 0) const;
-  // A bounded arena whose pages live where this model's backend computes.
-  std::unique_ptr<EntryPageArena> make_arena(int64_t page_floats, int64_t max_pages) const;
-  // Floats of a sequence's fixed state: sliding windows and compressor buffers (entries are in pages).
-  int64_t fixed_state_floats() const;
-  // Compressed-entry pages a sequence of `tokens` tokens holds in total (from empty).
-  int64_t pages_for_tokens(int64_t tokens, int64_t page_floats = EntryPageArena::kDefaultPageFloats) const;
+  const StateLayout& state_layout() const { return parts_->layout; }
+  // A fresh state. Its token blocks come from `pool` (a StatePool's bounded one, made by make_block_pool) or, when
+  // null, from a pool the state owns: growable on the CPU, sized for `max_tokens` (required) on a GPU.
+  SequenceState new_sequence(BlockPool* pool = nullptr, int64_t max_tokens = 0) const;
+  // A bounded pool of token blocks where this model's backend computes.
+  std::unique_ptr<BlockPool> make_block_pool(int64_t max_blocks) const;
+  // Floats of a sequence's fixed block: sliding-window and compressor rings (entries are in token blocks).
+  int64_t fixed_state_floats() const { return parts_->layout.fixed_floats; }
+  // Token blocks a sequence of `tokens` tokens holds in total (from empty).
+  int64_t blocks_for_tokens(int64_t tokens) const { return parts_->layout.blocks_for_tokens(tokens); }
 
-  // Makes `to` (a state of this model) continue exactly where `from` is: the fork of a sequence, e.g. several
-  // completions of one prompt, or a benchmark's many sequences at one context length. Entries are copied into
-  // pages of `to`'s own arena; false (and `to` left reset) when that arena lacks the pages.
+  // Makes `to` (a state of this model) continue exactly where `from` is, with blocks of its own: a benchmark's many
+  // sequences at one context length, each reading its own memory. False (and `to` left reset) when `to`'s pool
+  // lacks the blocks.
   bool copy_state(const SequenceState& from, SequenceState& to) const;
+  // The same, sharing: `to` takes a reference to each of `from`'s full blocks (they never change again) and a copy
+  // of the partial last one. n completions of one prompt. Both states must use one pool.
+  bool fork_state(const SequenceState& from, SequenceState& to) const;
+  // Keeps the first `num_tokens` tokens of `state` and drops the rest (at most max_rollback of them): a speculative
+  // step that keeps k of its n tokens. No copy of the state: its rings are indexed by position (state_layout.h).
+  void rollback(SequenceState& state, int64_t num_tokens) const;
 
   // What decides this model's numbers, hashed (fingerprint.h); computed on first use: it reads every weight byte.
   ModelFingerprint fingerprint() const;
@@ -119,6 +127,7 @@ class Model {
     ModelConfig cfg;
     ModelWeights w;
     RopeTable rope_main, rope_compress;
+    StateLayout layout;
   };
 
  private:
@@ -134,7 +143,7 @@ class Model {
 // Reads config.json and the safetensors of a checkpoint directory and checks every tensor; `device` picks the
 // backend (cuda uploads the weights to the GPU) and `precision` its matrix arithmetic.
 Model load_model(const std::string& dir, Device device = Device::Cpu, Precision precision = Precision::Bf16,
-                 CudaSwitches cuda = {});
+                 CudaSwitches cuda = {}, int64_t max_rollback = 1);
 
 // The CUDA runner (backend/cuda), defined only in builds with CUDA.
 std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts& parts, Precision precision, CudaSwitches cuda);

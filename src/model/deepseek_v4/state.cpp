@@ -6,80 +6,63 @@
 
 namespace strata::model::v4 {
 
-EntryPageArena::EntryPageArena(int64_t page_floats, std::optional<int64_t> max_pages)
-    : page_floats_(page_floats), max_pages_(max_pages) {
-  if (page_floats < 1) fail("EntryPageArena: page size must be positive, got ", page_floats);
-  if (max_pages) {
-    if (*max_pages < 0) fail("EntryPageArena: page count must be ≥ 0, got ", *max_pages);
-    // A bounded arena takes all of its memory now: no allocation happens while serving.
-    storage_.assign(static_cast<size_t>(*max_pages * page_floats), 0.0f);
-    created_ = *max_pages;
-    for (int64_t p = *max_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
-  }
+int64_t SequenceState::blocks_needed(int64_t tokens) const {
+  return std::max<int64_t>(0, layout->blocks_for_tokens(num_tokens + tokens) - static_cast<int64_t>(blocks.size()));
 }
 
-EntryPageArena::EntryPageArena(int64_t page_floats, int64_t max_pages, std::shared_ptr<float> storage)
-    : page_floats_(page_floats), max_pages_(max_pages), external_(std::move(storage)) {
-  if (page_floats < 1) fail("EntryPageArena: page size must be positive, got ", page_floats);
-  if (max_pages < 0) fail("EntryPageArena: page count must be ≥ 0, got ", max_pages);
-  if (!external_ && max_pages > 0) fail("EntryPageArena: no storage for ", max_pages, " pages");
-  created_ = max_pages;
-  for (int64_t p = max_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
-}
-
-std::optional<int32_t> EntryPageArena::allocate() {
-  if (free_.empty()) {
-    if (max_pages_) return std::nullopt;
-    storage_.resize(storage_.size() + static_cast<size_t>(page_floats_));
-    free_.push_back(static_cast<int32_t>(created_++));
-  }
-  const int32_t id = free_.back();
-  free_.pop_back();
-  ++used_;
-  return id;
-}
-
-void EntryPageArena::release(int32_t page) {
-  free_.push_back(page);
-  --used_;
-}
-
-int64_t EntryPageArena::free_pages() const { return static_cast<int64_t>(free_.size()); }
-
-int64_t CompressorState::pages_after(int64_t tokens) const {
-  // Entries close whenever the running token count crosses a multiple of the rate.
-  const int64_t entries = n_entries + (n_pending + tokens) / rate;
-  return (entries + entries_per_page() - 1) / entries_per_page();
-}
-
-bool CompressorState::ensure_room(int64_t entries) {
-  while (static_cast<int64_t>(pages.size()) * entries_per_page() < entries) {
-    const auto p = arena->allocate();
-    if (!p) return false;
-    pages.push_back(*p);
-  }
+bool SequenceState::ensure_blocks(int64_t tokens) {
+  const int64_t need = blocks_needed(tokens);
+  if (need == 0) return true;
+  if (pool->max_blocks() && pool->free_blocks() < need) return false;
+  for (int64_t i = 0; i < need; ++i) blocks.push_back(*pool->allocate());
   return true;
 }
 
-void CompressorState::append_entry(const float* values) {
-  if (!ensure_room(n_entries + 1))
-    fail("compressed-entry pages exhausted: the scheduler must reserve pages before running a step");
-  float* dst = arena->page(pages[static_cast<size_t>(n_entries / entries_per_page())]) + (n_entries % entries_per_page()) * dim;
-  std::copy(values, values + dim, dst);
-  ++n_entries;
-}
-
-void CompressorState::reset() {
-  for (int32_t p : pages) arena->release(p);
-  pages.clear();
-  n_entries = 0;
-  n_pending = 0;
-  has_overlap = false;
+void SequenceState::hash_full_blocks(const BlockHash& salt, const int32_t* tokens, int64_t count) {
+  if (count < num_tokens) fail("block hashes: ", count, " tokens given for a sequence of ", num_tokens);
+  const int64_t B = layout->block_tokens;
+  const int64_t full = std::min<int64_t>(num_tokens / B, static_cast<int64_t>(blocks.size()));
+  for (auto i = static_cast<int64_t>(block_hashes.size()); i < full; ++i) {
+    const BlockHash h = next_block_hash(i == 0 ? salt : block_hashes.back(), tokens + i * B, B);
+    pool->set_hash(blocks[static_cast<size_t>(i)], h);
+    block_hashes.push_back(h);
+  }
 }
 
 void SequenceState::reset() {
+  for (int32_t b : blocks) pool->release(b);
+  blocks.clear();
+  block_hashes.clear();
   num_tokens = 0;
-  for_each_compressor([](CompressorState& c) { c.reset(); });
+}
+
+void SequenceState::rollback(int64_t kept, const std::function<void(float*, const float*, int64_t)>& copy_block) {
+  if (kept < 0 || kept > num_tokens)
+    fail("rollback: cannot keep ", kept, " tokens of a sequence of ", num_tokens);
+  if (num_tokens - kept > layout->max_rollback)
+    fail("rollback: dropping ", num_tokens - kept, " tokens, but this state's rings keep only ", layout->max_rollback,
+         " droppable tokens (the model's max_rollback)");
+  // Blocks past the kept prefix's last one go; the kept prefix's partial block will be written again.
+  const int64_t keep_blocks = layout->blocks_for_tokens(kept);
+  if (static_cast<int64_t>(block_hashes.size()) > kept / layout->block_tokens)
+    block_hashes.resize(static_cast<size_t>(kept / layout->block_tokens));
+  while (static_cast<int64_t>(blocks.size()) > keep_blocks) {
+    pool->release(blocks.back());
+    blocks.pop_back();
+  }
+  const int64_t block_tokens = layout->block_tokens;
+  if (kept % block_tokens != 0 && keep_blocks > 0) {
+    const int32_t last = blocks.back();
+    // Copy on write: a block others share, or one published under its content hash, keeps its content.
+    if (pool->references(last) > 1 || pool->hash_of(last)) {
+      const auto mine = pool->allocate();
+      if (!mine) fail("rollback: no free block for a private copy of a shared block");
+      copy_block(pool->block(*mine), pool->block(last), pool->block_floats());
+      pool->release(last);
+      blocks.back() = *mine;
+    }
+  }
+  num_tokens = kept;
 }
 
 }  // namespace strata::model::v4

@@ -1,95 +1,52 @@
 #pragma once
-// What one sequence carries between forward calls (DESIGN.md "Per-sequence state"). Everything here is a pure
-// function of the token prefix, so prefill in any chunking followed by decode reproduces one full forward.
+// What one sequence carries between forward calls (DESIGN.md "Per-sequence state"; the layout in state_layout.h).
+// Everything here is a pure function of the token prefix, so prefill in any chunking followed by decode reproduces
+// one full forward.
 #include <cstdint>
+#include <functional>
 #include <memory>
-#include <optional>
 #include <vector>
+
+#include "model/deepseek_v4/block_pool.h"
+#include "model/deepseek_v4/state_layout.h"
 
 namespace strata::model::v4 {
 
-// Fixed-size pages for compressed entries, shared by the sequences of one pool. A page is `page_floats` floats and
-// holds page_floats / dim entries of one compressor. With a page limit the memory is bounded up front; without
-// one (a lone sequence in tests or the CLI) the arena grows.
-class EntryPageArena {
- public:
-  static constexpr int64_t kDefaultPageFloats = 16384;  // 64 KiB: 32 entries of 512, 128 of 128
-  explicit EntryPageArena(int64_t page_floats = kDefaultPageFloats, std::optional<int64_t> max_pages = std::nullopt);
-  // A bounded arena over storage someone else allocated (a GPU backend's device memory: the host never reads
-  // these pages, it only hands out their ids and addresses).
-  EntryPageArena(int64_t page_floats, int64_t max_pages, std::shared_ptr<float> storage);
-
-  std::optional<int32_t> allocate();  // nullopt when a bounded arena is full
-  void release(int32_t page);
-  float* page(int32_t id) { return base() + static_cast<size_t>(id) * static_cast<size_t>(page_floats_); }
-  const float* page(int32_t id) const { return base() + static_cast<size_t>(id) * static_cast<size_t>(page_floats_); }
-  float* base() { return external_ ? external_.get() : storage_.data(); }
-  const float* base() const { return external_ ? external_.get() : storage_.data(); }
-  int64_t page_floats() const { return page_floats_; }
-  int64_t free_pages() const;  // for a growable arena: pages allocated but unused
-  int64_t used_pages() const { return used_; }
-  std::optional<int64_t> max_pages() const { return max_pages_; }
-
- private:
-  int64_t page_floats_;
-  std::optional<int64_t> max_pages_;
-  std::vector<float> storage_;
-  std::shared_ptr<float> external_;
-  std::vector<int32_t> free_;
-  int64_t used_ = 0, created_ = 0;
-};
-
-// One gated-pooling compressor's progress through the sequence.
-struct CompressorState {
-  int64_t rate = 0, width = 0, dim = 0;  // width = projected channels per token (2·dim with overlap)
-  // Tokens of the window still open (< rate of them): raw kv and gate projections, [rate, width] each.
-  std::vector<float> pending_kv, pending_gate;
-  int64_t n_pending = 0;
-  // CSA overlap: the last closed window's first-half slice (kv, gate + position bias), [rate, dim] each; it takes
-  // part in the next window's entry.
-  std::vector<float> overlap_kv, overlap_gate;
-  bool has_overlap = false;
-  // Append-only compressed entries in arena pages; entry n pools tokens [n·rate, (n+1)·rate).
-  EntryPageArena* arena = nullptr;
-  std::vector<int32_t> pages;
-  int64_t n_entries = 0;
-
-  int64_t entries_per_page() const { return arena->page_floats() / dim; }
-  const float* entry(int64_t n) const {
-    return arena->page(pages[static_cast<size_t>(n / entries_per_page())]) + (n % entries_per_page()) * dim;
-  }
-  // Pages this compressor needs in total once `tokens` more tokens have been consumed.
-  int64_t pages_after(int64_t tokens) const;
-  // Room for the next entry; false when a bounded arena is out of pages (callers reserve ahead; see StatePool).
-  bool ensure_room(int64_t entries);
-  void append_entry(const float* values);
-  void reset();  // empty, pages back to the arena
-};
-
-struct LayerState {
-  // Sliding window of shared K=V vectors: position p lives in slot p % window.
-  std::vector<float> swa;
-  CompressorState compressor;  // CSA/HCA layers
-  CompressorState indexer;     // CSA layers: the Lightning Indexer's own compressor
-};
-
 struct SequenceState {
   int64_t num_tokens = 0;  // positions consumed so far; the next token gets this position
-  std::vector<LayerState> layers;
-  std::unique_ptr<EntryPageArena> own_arena;  // set when the state was made without a shared arena
-  // A GPU backend's per-sequence fixed state (its sliding windows and compressor buffers live on the device; the
-  // host vectors above stay empty then, while counters and page lists are kept here on the host).
-  std::shared_ptr<void> device_state;
+  const StateLayout* layout = nullptr;  // the model's
+  // The fixed block (state_layout.h): host memory on the CPU, device memory on a GPU.
+  std::shared_ptr<float> fixed;
+  // Block table: blocks[i] holds the compressed entries of tokens [i·B, (i+1)·B). Blocks before the one being
+  // filled may be shared with other sequences; only the last, partial one is ever written.
+  BlockPool* pool = nullptr;
+  std::vector<int32_t> blocks;
+  // Content hashes of the first block_hashes.size() blocks (all full), chained over the tokens (token_blocks.h).
+  std::vector<BlockHash> block_hashes;
+  std::unique_ptr<BlockPool> own_pool;  // set when the state was made without a shared pool
 
-  // Every compressor of the sequence, for bookkeeping that treats them alike.
-  template <typename Fn>
-  void for_each_compressor(Fn&& fn) {
-    for (LayerState& l : layers) {
-      if (l.compressor.rate) fn(l.compressor);
-      if (l.indexer.rate) fn(l.indexer);
-    }
+  const LayerLayout& layer(int64_t l) const { return layout->layers[static_cast<size_t>(l)]; }
+  // Fixed-state rings of layer l (valid on the CPU only; on a GPU these are device addresses).
+  float* swa(int64_t l) const { return fixed.get() + layer(l).swa; }
+  float* ring_kv(const CompressorLayout& c) const { return fixed.get() + c.ring_kv; }
+  float* ring_gate(const CompressorLayout& c) const { return fixed.get() + c.ring_gate; }
+  // Entry n of compressor c (a block must hold it: Model::reserve / StatePool::reserve).
+  float* entry(const CompressorLayout& c, int64_t n) const {
+    return pool->block(blocks[static_cast<size_t>(n / c.per_block)]) + c.block_offset + (n % c.per_block) * c.dim;
   }
-  void reset();  // back to an empty sequence (pages returned), keeping the fixed buffers for reuse
+
+  // Blocks for `tokens` more tokens, all or nothing; false when a bounded pool lacks them.
+  int64_t blocks_needed(int64_t tokens) const;
+  bool ensure_blocks(int64_t tokens);
+  // Hashes the full blocks not hashed yet, given the sequence's tokens (`count` ≥ num_tokens of them) and the
+  // chain's salt (a model fingerprint), and publishes them in the pool (BlockPool::set_hash).
+  void hash_full_blocks(const BlockHash& salt, const int32_t* tokens, int64_t count);
+  // Back to an empty sequence: every block reference released, the fixed block kept for reuse.
+  void reset();
+  // Drops positions num_tokens' ... num_tokens - 1 (at most layout->max_rollback of them): the rings still hold what
+  // the kept prefix needs. Blocks wholly past the kept prefix are released; a shared block that the kept prefix
+  // ends inside becomes a private copy first (copy_block copies one block's floats on the state's device).
+  void rollback(int64_t num_tokens_kept, const std::function<void(float*, const float*, int64_t)>& copy_block);
 };
 
 }  // namespace strata::model::v4

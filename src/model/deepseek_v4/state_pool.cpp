@@ -6,12 +6,12 @@
 
 namespace strata::model::v4 {
 
-StatePool::StatePool(const Model& model, StatePoolLimits limits)
-    : limits_(limits) {
+StatePool::StatePool(const Model& model, StatePoolLimits limits) : limits_(limits), layout_(model.state_layout()) {
   if (limits.max_sequences < 1) fail("state pool: max_sequences must be ≥ 1, got ", limits.max_sequences);
-  arena_ = model.make_arena(limits.page_floats, limits.entry_pages);
+  if (limits.blocks < 0) fail("state pool: the token block count must be ≥ 0, got ", limits.blocks);
+  blocks_ = model.make_block_pool(limits.blocks);
   for (int64_t i = 0; i < limits.max_sequences; ++i)
-    slots_.push_back(std::make_unique<SequenceState>(model.new_sequence(arena_.get())));
+    slots_.push_back(std::make_unique<SequenceState>(model.new_sequence(blocks_.get())));
   for (int64_t i = limits.max_sequences - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(i));
 }
 
@@ -23,11 +23,11 @@ StatePoolLimits StatePool::limits_for_bytes(const Model& model, int64_t bytes, i
   StatePoolLimits l;
   l.max_sequences = max_sequences;
   const int64_t fixed = fixed_bytes_per_sequence(model) * max_sequences;
-  const int64_t page_bytes = l.page_floats * static_cast<int64_t>(sizeof(float));
-  if (bytes < fixed + page_bytes)
+  const int64_t block_bytes = std::max<int64_t>(1, model.state_layout().block_floats * static_cast<int64_t>(sizeof(float)));
+  if (bytes < fixed + block_bytes)
     fail("state memory of ", bytes, " bytes cannot hold ", max_sequences, " sequences (", fixed,
-         " bytes of sliding windows and buffers) plus one entry page");
-  l.entry_pages = (bytes - fixed) / page_bytes;
+         " bytes of sliding windows and compressor rings) plus one token block of ", block_bytes, " bytes");
+  l.blocks = (bytes - fixed) / block_bytes;
   return l;
 }
 
@@ -58,33 +58,6 @@ void StatePool::release(SequenceState* state) {
   for (size_t i = 0; i < slots_.size(); ++i)
     if (slots_[i].get() == state) return release_slot(static_cast<int32_t>(i));
   fail("state pool: release of a state that is not one of the pool's slots");
-}
-
-int64_t StatePool::pages_for_tokens(int64_t tokens) const {
-  int64_t pages = 0;
-  for (const LayerState& l : slots_.front()->layers)  // every slot has the same compressors
-    for (const CompressorState* c : {&l.compressor, &l.indexer})
-      if (c->rate) {
-        const int64_t entries = tokens / c->rate, per_page = limits_.page_floats / c->dim;
-        pages += (entries + per_page - 1) / per_page;
-      }
-  return pages;
-}
-
-int64_t StatePool::pages_needed(const SequenceState& state, int64_t tokens) const {
-  int64_t need = 0;
-  for (const LayerState& l : state.layers)
-    for (const CompressorState* c : {&l.compressor, &l.indexer})
-      if (c->rate) need += std::max<int64_t>(0, c->pages_after(tokens) - static_cast<int64_t>(c->pages.size()));
-  return need;
-}
-
-bool StatePool::reserve(SequenceState& state, int64_t tokens) {
-  if (pages_needed(state, tokens) > free_pages()) return false;
-  state.for_each_compressor([&](CompressorState& c) {
-    c.ensure_room(c.n_entries + (c.n_pending + tokens) / c.rate);  // cannot fail: counted above
-  });
-  return true;
 }
 
 }  // namespace strata::model::v4

@@ -19,7 +19,7 @@ static_assert(std::endian::native == std::endian::little, "state snapshots are w
 namespace {
 
 constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', '4', 'S'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr size_t kPreambleBytes = 16;  // magic, version, reserved
 constexpr size_t kLengthBytes = 8, kChecksumBytes = 8;
 
@@ -31,52 +31,23 @@ std::string hex64(uint64_t v) {
 
 std::string layer_where(int64_t l) { return cat("layer ", l, "'s section"); }
 
-// Where the fixed buffers of each layer are: the LayerState's host vectors (CPU), or the state's device block
-// (CUDA), which CudaRunner lays out per layer as the window, then for the compressor and then the indexer: pending
-// kv, pending gate and, with overlap, overlap kv and overlap gate. Writable pointers: only the reader writes.
-struct CompressorBuffers {
-  float *pending_kv = nullptr, *pending_gate = nullptr, *overlap_kv = nullptr, *overlap_gate = nullptr;
-};
-struct LayerBuffers {
-  float* swa = nullptr;
-  CompressorBuffers compressor, indexer;
-};
-
-std::vector<LayerBuffers> fixed_buffers(const Model& model, const SequenceState& s) {
-  const ModelConfig& cfg = model.config();
-  float* block = static_cast<float*>(s.device_state.get());
-  int64_t at = 0;
-  auto place = [&](const std::vector<float>& host, int64_t floats) {
-    if (!block) return const_cast<float*>(host.data());
-    float* p = block + at;
-    at += floats;
-    return p;
-  };
-  std::vector<LayerBuffers> out(s.layers.size());
-  for (size_t l = 0; l < s.layers.size(); ++l) {
-    const LayerState& ls = s.layers[l];
-    out[l].swa = place(ls.swa, cfg.sliding_window * cfg.head_dim);
-    for (auto [c, b] : {std::pair{&ls.compressor, &out[l].compressor}, std::pair{&ls.indexer, &out[l].indexer}}) {
-      if (!c->rate) continue;
-      b->pending_kv = place(c->pending_kv, c->rate * c->width);
-      b->pending_gate = place(c->pending_gate, c->rate * c->width);
-      if (c->width == c->dim) continue;
-      b->overlap_kv = place(c->overlap_kv, c->rate * c->dim);
-      b->overlap_gate = place(c->overlap_gate, c->rate * c->dim);
-    }
+// A ring of `ring_rows` rows of `width` floats where position p lives in row p % ring_rows (state_layout.h): the
+// rows of positions [first, first + count) as at most two contiguous runs, in position order.
+template <typename Fn>
+void for_ring_runs(int64_t ring_rows, int64_t width, int64_t first, int64_t count, Fn&& run) {
+  if (count > ring_rows) fail("state snapshot: ", count, " positions do not fit a ring of ", ring_rows, " rows");
+  while (count > 0) {
+    const int64_t row = first % ring_rows, n = std::min(count, ring_rows - row);
+    run(row * width, n * width);
+    first += n;
+    count -= n;
   }
-  if (block && at != model.fixed_state_floats())
-    fail("state snapshot: the layers' buffers take ", at, " floats, the device block holds ", model.fixed_state_floats());
-  return out;
 }
 
 void check_state_of(const Model& model, const SequenceState& s, const char* role) {
-  const bool on_device = s.device_state != nullptr;
-  if (static_cast<int64_t>(s.layers.size()) != model.config().num_hidden_layers ||
-      on_device != (model.device() == Device::Cuda))
-    fail("state snapshot: the ", role, " state (", s.layers.size(), " layers, on ", on_device ? "a GPU" : "the host",
-         ") is not a state of this model (", model.config().num_hidden_layers, " layers, ",
-         device_name(model.device()), ")");
+  if (s.layout != &model.state_layout())
+    fail("state snapshot: the ", role, " state is not a state of this model (", model.config().num_hidden_layers,
+         " layers, ", device_name(model.device()), ")");
 }
 
 class ByteWriter {
@@ -202,8 +173,8 @@ std::string SnapshotWriter::header() const {
   body.i64(cfg.sliding_window);
   body.i64(cfg.head_dim);
   body.i64(layers());
-  for (const LayerState& l : state_.layers)
-    for (const CompressorState* c : {&l.compressor, &l.indexer}) {
+  for (const LayerLayout& l : state_.layout->layers)
+    for (const CompressorLayout* c : {&l.compressor, &l.indexer}) {
       body.i64(c->rate);
       body.i64(c->width);
       body.i64(c->dim);
@@ -219,30 +190,26 @@ std::string SnapshotWriter::layer(int64_t l) const {
   if (l < 0 || l >= layers()) fail("state snapshot: no layer ", l, " (the model has ", layers(), ")");
   const ModelConfig& cfg = model_.config();
   ForwardRunner& runner = *model_.runner_;
-  const LayerBuffers buf = fixed_buffers(model_, state_)[static_cast<size_t>(l)];
-  const LayerState& ls = state_.layers[static_cast<size_t>(l)];
+  const StateLayout& layout = *state_.layout;
+  const LayerLayout& ll = layout.layers[static_cast<size_t>(l)];
+  const int64_t n = state_.num_tokens;
   ByteWriter body;
   body.i64(l);
-  const int64_t rows = std::min(state_.num_tokens, cfg.sliding_window);
+  const int64_t rows = std::min(n, cfg.sliding_window);
   body.i64(rows);
-  body.floats(runner, buf.swa, rows * cfg.head_dim);
-  for (auto [c, b] : {std::pair{&ls.compressor, &buf.compressor}, std::pair{&ls.indexer, &buf.indexer}}) {
-    if (!c->rate) continue;
-    // Only a CSA compressor (width 2·dim) has an overlap slice; the CUDA backend's counters say has_overlap for
-    // every compressor past its first entry, so the width decides.
-    const bool overlap = c->width != c->dim && c->has_overlap;
-    body.i64(c->n_pending);
-    body.i64(overlap ? 1 : 0);
-    body.i64(c->n_entries);
-    body.floats(runner, b->pending_kv, c->n_pending * c->width);
-    body.floats(runner, b->pending_gate, c->n_pending * c->width);
-    if (overlap) {
-      body.floats(runner, b->overlap_kv, c->rate * c->dim);
-      body.floats(runner, b->overlap_gate, c->rate * c->dim);
-    }
-    const int64_t per_page = c->entries_per_page();
-    for (int64_t first = 0; first < c->n_entries; first += per_page)
-      body.floats(runner, c->entry(first), std::min(per_page, c->n_entries - first) * c->dim);
+  const float* swa = state_.fixed.get() + ll.swa;
+  for_ring_runs(layout.window_rows, cfg.head_dim, n - rows, rows,
+                [&](int64_t at, int64_t floats) { body.floats(runner, swa + at, floats); });
+  for (const CompressorLayout* c : {&ll.compressor, &ll.indexer}) {
+    if (!*c) continue;
+    const int64_t first = c->first_needed(n), entries = c->entries(n);
+    body.i64(first);
+    body.i64(entries);
+    for (const float* ring : {state_.ring_kv(*c), state_.ring_gate(*c)})
+      for_ring_runs(c->ring_rows, c->width, first, n - first,
+                    [&](int64_t at, int64_t floats) { body.floats(runner, ring + at, floats); });
+    for (int64_t e = 0; e < entries; e += c->per_block)
+      body.floats(runner, state_.entry(*c, e), std::min(c->per_block, entries - e) * c->dim);
   }
   return body.section();
 }
@@ -332,11 +299,12 @@ void SnapshotReader::take_header(std::string_view body) {
   if (window != cfg.sliding_window || head_dim != cfg.head_dim)
     fail("state snapshot: its sliding window is ", window, " × ", head_dim, ", this model's ", cfg.sliding_window,
          " × ", cfg.head_dim);
-  if (layers != static_cast<int64_t>(into_.layers.size()))
-    fail("state snapshot: it has ", layers, " layers, the restore target ", into_.layers.size());
-  for (size_t l = 0; l < into_.layers.size(); ++l)
-    for (const auto& [c, name] : {std::pair{&into_.layers[l].compressor, "compressor"},
-                                  std::pair{&into_.layers[l].indexer, "indexer's compressor"}}) {
+  const std::vector<LayerLayout>& ours_layers = into_.layout->layers;
+  if (layers != static_cast<int64_t>(ours_layers.size()))
+    fail("state snapshot: it has ", layers, " layers, the restore target ", ours_layers.size());
+  for (size_t l = 0; l < ours_layers.size(); ++l)
+    for (const auto& [c, name] : {std::pair{&ours_layers[l].compressor, "compressor"},
+                                  std::pair{&ours_layers[l].indexer, "indexer's compressor"}}) {
       const int64_t rate = r.i64(), width = r.i64(), dim = r.i64();
       if (rate != c->rate || width != c->width || dim != c->dim)
         fail("state snapshot: layer ", l, "'s ", name, " has rate, width, dim ", rate, ", ", width, ", ", dim,
@@ -353,38 +321,30 @@ void SnapshotReader::take_layer(std::string_view body) {
   ByteReader r(body, layer_where(l));
   const int64_t index = r.i64();
   if (index != l) fail("state snapshot: expected layer ", l, "'s section, found layer ", index, "'s");
-  const LayerBuffers buf = fixed_buffers(model_, into_)[static_cast<size_t>(l)];
-  LayerState& ls = into_.layers[static_cast<size_t>(l)];
-  const int64_t rows = std::min(num_tokens_, cfg.sliding_window);
+  const StateLayout& layout = *into_.layout;
+  const LayerLayout& ll = layout.layers[static_cast<size_t>(l)];
+  const int64_t n = num_tokens_;
+  const int64_t rows = std::min(n, cfg.sliding_window);
   r.count("the window's row count", rows, rows);
-  r.floats(runner, buf.swa, rows * cfg.head_dim);
-  for (auto [c, b] : {std::pair{&ls.compressor, &buf.compressor}, std::pair{&ls.indexer, &buf.indexer}}) {
-    if (!c->rate) continue;
+  float* swa = into_.fixed.get() + ll.swa;
+  for_ring_runs(layout.window_rows, cfg.head_dim, n - rows, rows,
+                [&](int64_t at, int64_t floats) { r.floats(runner, swa + at, floats); });
+  if (l == 0 && !into_.ensure_blocks(n))  // every layer's entries of a span share one token block
+    fail("state snapshot: the restore target's pool is out of token blocks: ", n, " tokens need ",
+         layout.blocks_for_tokens(n), ", ", into_.pool->free_blocks(), " are free");
+  for (const CompressorLayout* c : {&ll.compressor, &ll.indexer}) {
+    if (!*c) continue;
     // Every token enters the open window; each full window closes into one entry.
-    const int64_t n_pending = r.count("a compressor's pending tokens", num_tokens_ % c->rate, num_tokens_ % c->rate);
-    const int64_t has_overlap = r.count("a compressor's overlap flag", 0, c->width != c->dim ? 1 : 0);
-    const int64_t n_entries = r.count("a compressor's entry count", num_tokens_ / c->rate, num_tokens_ / c->rate);
-    r.floats(runner, b->pending_kv, n_pending * c->width);
-    r.floats(runner, b->pending_gate, n_pending * c->width);
-    if (has_overlap) {
-      r.floats(runner, b->overlap_kv, c->rate * c->dim);
-      r.floats(runner, b->overlap_gate, c->rate * c->dim);
-    }
-    const int64_t held = static_cast<int64_t>(c->pages.size()), free_pages = c->arena->free_pages();
-    if (!c->ensure_room(n_entries))
-      fail("state snapshot: the restore target's arena is out of pages: layer ", l, " needs ",
-           (n_entries + c->entries_per_page() - 1) / c->entries_per_page() - held, " more for its ", n_entries,
-           " entries, ", free_pages, " are free");
-    const int64_t per_page = c->entries_per_page();
-    for (int64_t first = 0; first < n_entries; first += per_page)
-      r.floats(runner, c->arena->page(c->pages[static_cast<size_t>(first / per_page)]),
-               std::min(per_page, n_entries - first) * c->dim);
-    c->n_pending = n_pending;
-    c->has_overlap = has_overlap != 0;
-    c->n_entries = n_entries;
+    const int64_t first = r.count("a compressor's first raw position", c->first_needed(n), c->first_needed(n));
+    const int64_t entries = r.count("a compressor's entry count", c->entries(n), c->entries(n));
+    for (float* ring : {into_.ring_kv(*c), into_.ring_gate(*c)})
+      for_ring_runs(c->ring_rows, c->width, first, n - first,
+                    [&](int64_t at, int64_t floats) { r.floats(runner, ring + at, floats); });
+    for (int64_t e = 0; e < entries; e += c->per_block)
+      r.floats(runner, into_.entry(*c, e), std::min(c->per_block, entries - e) * c->dim);
   }
   r.expect_end();
-  if (++next_layer_ == static_cast<int64_t>(into_.layers.size())) into_.num_tokens = num_tokens_;
+  if (++next_layer_ == static_cast<int64_t>(into_.layout->layers.size())) into_.num_tokens = num_tokens_;
 }
 
 std::string Model::snapshot(const SequenceState& state) const { return SnapshotWriter(*this, state).all(); }

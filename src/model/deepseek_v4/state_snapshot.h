@@ -4,12 +4,12 @@
 // continues with the same logits, bit for bit. The format is a header and one section per layer, so a transfer can
 // stream it: SnapshotWriter makes the pieces one by one, SnapshotReader takes them in order as they arrive.
 //
-// Byte format, version 1. Integers and floats little-endian, exactly as this (little-endian) machine writes them;
+// Byte format, version 2. Integers and floats little-endian, exactly as this (little-endian) machine writes them;
 // a big-endian build does not compile (static_assert in the .cpp). i64/u64 = 8 bytes, u32 = 4, f32 = 4.
 //
 //   piece 0, the header:
 //     u8[8]  magic "STRATA4S"
-//     u32    format version (1)
+//     u32    format version (2)
 //     u32    0 (reserved)
 //     section: the header body (below)
 //   pieces 1 … layer_count: one section per layer, layer 0 first.
@@ -23,15 +23,15 @@
 //     i64 sliding_window, i64 head_dim    the sliding window's shape
 //     i64 layer_count
 //     per layer, for its compressor then its indexer's compressor (all 0 where the layer has none):
-//       i64 rate, i64 width, i64 dim      width = channels per pending token (2·dim with CSA's overlap)
+//       i64 rate, i64 width, i64 dim      width = channels per raw token (2·dim with CSA's overlap)
 //
-//   layer body:
+//   layer body (n = num_tokens; rows in position order, whatever ring sizes the engines use):
 //     i64 layer index
-//     i64 window_rows = min(num_tokens, sliding_window); f32[window_rows · head_dim]: ring slots 0 … window_rows-1
+//     i64 window_rows = min(n, sliding_window); f32[window_rows · head_dim]: positions n - window_rows … n - 1
 //     for its compressor then its indexer's compressor, each only where the layer has it:
-//       i64 n_pending, i64 has_overlap (0 or 1), i64 n_entries
-//       f32[n_pending · width] pending kv, f32[n_pending · width] pending gate   (the open window's tokens)
-//       if has_overlap: f32[rate · dim] overlap kv, f32[rate · dim] overlap gate
+//       i64 first = the first raw position the next entry needs (the open window's start; with width 2·dim the
+//                   previous window's start, once there is one), i64 n_entries = n / rate
+//       f32[(n - first) · width] raw kv, f32[(n - first) · width] raw gate   (positions first … n - 1)
 //       f32[n_entries · dim] compressed entries, entry 0 first
 //
 // Only rows that the forward pass reads are written, so the bytes are a function of the token prefix alone
@@ -50,7 +50,7 @@ namespace strata::model::v4 {
 class SnapshotWriter {
  public:
   SnapshotWriter(const Model& model, const SequenceState& state);
-  int64_t layers() const { return static_cast<int64_t>(state_.layers.size()); }
+  int64_t layers() const { return static_cast<int64_t>(state_.layout->layers.size()); }
   std::string header() const;          // piece 0
   std::string layer(int64_t l) const;  // piece 1 + l
   std::string all() const;             // every piece, in order
@@ -75,7 +75,7 @@ class SnapshotReader {
   // have arrived to tell: 24 for the header, 8 for a layer).
   std::optional<size_t> next_piece_bytes(std::string_view received) const;
   void take(std::string_view piece);  // exactly one piece
-  bool complete() const { return header_taken_ && next_layer_ == static_cast<int64_t>(into_.layers.size()); }
+  bool complete() const { return header_taken_ && next_layer_ == static_cast<int64_t>(into_.layout->layers.size()); }
 
   // The whole snapshot at once: splits `bytes` into pieces (truncated or trailing bytes are errors) and takes them.
   void take_all(std::string_view bytes);

@@ -40,9 +40,7 @@ struct StepRows {
 struct Step {
   StepRows rows;
   std::vector<SequenceChunk>* chunks = nullptr;
-  LayerState& layer_state(int64_t chunk, int64_t layer) const {
-    return (*chunks)[static_cast<size_t>(chunk)].state->layers[static_cast<size_t>(layer)];
-  }
+  SequenceState& state(int64_t chunk) const { return *(*chunks)[static_cast<size_t>(chunk)].state; }
 };
 
 }  // namespace strata::model::v4

@@ -1,0 +1,58 @@
+#pragma once
+// Token blocks of compressed state (state_layout.h), shared by the sequences of one pool. A block is handed out with
+// one reference; a sequence that shares another's full block takes a reference too (Model::fork_state), and the block
+// is free again when the last one is released. A full block may carry a content hash (token_blocks.h: chained over
+// its token prefix, salted with the model fingerprint), so a later sequence with the same prefix can find it.
+// With a block limit the memory is bounded up front; without one (a lone sequence in tests or the CLI) it grows.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "model/token_blocks.h"
+
+namespace strata::model::v4 {
+
+class BlockPool {
+ public:
+  // A pool whose storage it owns (host memory), bounded to `max_blocks` or growable.
+  explicit BlockPool(int64_t block_floats, std::optional<int64_t> max_blocks = std::nullopt);
+  // A bounded pool over storage someone else allocated (a GPU backend's device memory: the host never reads these
+  // blocks, it hands out their ids and addresses).
+  BlockPool(int64_t block_floats, int64_t max_blocks, std::shared_ptr<float> storage);
+
+  std::optional<int32_t> allocate();  // a block with one reference; nullopt when a bounded pool is full
+  void retain(int32_t block);         // one more reference
+  void release(int32_t block);        // one fewer; the last frees it (and forgets its hash)
+  int32_t references(int32_t block) const;
+
+  // A full block's content hash, and the index from hashes to blocks. A hash names at most one block.
+  void set_hash(int32_t block, const BlockHash& hash);
+  std::optional<BlockHash> hash_of(int32_t block) const;
+  std::optional<int32_t> find(const BlockHash& hash) const;
+
+  float* block(int32_t id) { return base() + static_cast<size_t>(id) * static_cast<size_t>(block_floats_); }
+  const float* block(int32_t id) const { return base() + static_cast<size_t>(id) * static_cast<size_t>(block_floats_); }
+  float* base() { return external_ ? external_.get() : storage_.data(); }
+  const float* base() const { return external_ ? external_.get() : storage_.data(); }
+  int64_t block_floats() const { return block_floats_; }
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }  // growable: made but unused
+  int64_t used_blocks() const { return used_; }
+  std::optional<int64_t> max_blocks() const { return max_blocks_; }
+
+ private:
+  void check(int32_t block, const char* what) const;
+
+  int64_t block_floats_;
+  std::optional<int64_t> max_blocks_;
+  std::vector<float> storage_;
+  std::shared_ptr<float> external_;
+  std::vector<int32_t> free_;
+  std::vector<int32_t> refs_;  // per block made; 0 = free
+  std::vector<std::optional<BlockHash>> hashes_;
+  std::unordered_map<BlockHash, int32_t, BlockHashKey> by_hash_;
+  int64_t used_ = 0;
+};
+
+}  // namespace strata::model::v4
