@@ -32,6 +32,7 @@
 #include "engine/sampler.h"
 #include "model/deepseek_v4/model.h"
 #include "model/deepseek_v4/state_pool.h"
+#include "../rollback_scenario.h"
 
 using namespace strata;
 using namespace strata::model::v4;
@@ -346,7 +347,81 @@ void check_snapshot(const std::string& name, const Model& cpu, const Model& gpu)
               refused ? "refused (fingerprint)" : ("not refused by fingerprint: " + refusal).c_str(), ok ? "PASS" : "FAIL");
 }
 
+// Stage, commit, roll back on the device (tests/rollback_scenario.h): a state that ran tokens and dropped them must
+// continue as one that never ran them. Staged a token per step, the kept tokens ran in the very same decode steps in
+// both states, so the logits must agree in every bit. Staged in one step (speculative verification), the kept
+// tokens ran in an n-row step in one state and a k-row step in the other: GPU kernels may sum in another order for
+// another row count (batch invariance is a separate issue), so those are held to the precision's bar. Then a fork
+// (Model::fork_state, full blocks shared by reference) decodes exactly as a deep copy (copy_state) does.
+void check_rollback(const std::string& name, const std::string& dir, const Bar& bar) {
+  constexpr int64_t kMaxRollback = 5;
+  const Model gpu = load_model(dir, Device::Cuda, bar.precision, {}, kMaxRollback);
+  const int64_t vocab = gpu.config().vocab_size;
+  int64_t stepwise = 0, stepwise_exact = 0, one_step = 0, one_step_exact = 0;
+  double worst = 0;
+  for (const test::RollbackCase& c : test::rollback_cases(vocab, kMaxRollback)) {
+    std::vector<SequenceState> states;
+    states.reserve(2);
+    const auto room = static_cast<int64_t>(c.prefix.size() + c.staged.size() + c.continuation.size() + 1);
+    const test::RollbackResult r = test::run_rollback_case(gpu, c, [&] {
+      states.push_back(gpu.new_sequence(nullptr, room));
+      return &states.back();
+    });
+    if (c.one_step) {
+      ++one_step;
+      one_step_exact += r.differing_steps == 0;
+      worst = std::max(worst, r.max_rel_error);
+    } else {
+      ++stepwise;
+      stepwise_exact += r.differing_steps == 0;
+    }
+  }
+  // Fork against copy: 300 tokens (two full blocks shared), then 140 decode steps into new blocks.
+  StatePoolLimits limits;
+  limits.max_sequences = 3;
+  limits.blocks = 3 * gpu.blocks_for_tokens(460);
+  StatePool pool(gpu, limits);
+  SequenceState& source = *pool.acquire();
+  gpu.forward(prompt_of(300, vocab, 8), source, false);
+  SequenceState& fork = *pool.acquire();
+  SequenceState& copy = *pool.acquire();
+  const bool forked = gpu.fork_state(source, fork) && gpu.copy_state(source, copy);
+  const int64_t full = 300 / gpu.state_layout().block_tokens;
+  bool shared = forked && full > 0;
+  for (int64_t b = 0; shared && b < full; ++b)
+    shared = fork.blocks[static_cast<size_t>(b)] == source.blocks[static_cast<size_t>(b)] &&
+             pool.blocks().references(source.blocks[static_cast<size_t>(b)]) == 2;
+  int64_t fork_differing = 0;
+  for (int64_t step = 0; forked && step < 140; ++step) {
+    const std::vector<int32_t> next = prompt_of(1, vocab, 400 + step);
+    if (!pool.reserve(fork, 1) || !pool.reserve(copy, 1)) {
+      fork_differing = -1;
+      break;
+    }
+    fork_differing += !test::same_bits(gpu.forward(next, fork, false), gpu.forward(next, copy, false));
+  }
+  const bool ok = stepwise_exact == stepwise && worst <= bar.limit && forked && shared && fork_differing == 0;
+  failures += !ok;
+  std::printf("%-16s %-4s rollback: %lld/%lld step-wise cases bit-identical to never staging; one-step cases %lld/%lld "
+              "bit-identical, worst ‖Δ‖/‖ref‖ %.2e (bar %.0e); fork sharing %lld full blocks %s, %lld/140 decode steps "
+              "differ from a deep copy  %s\n",
+              name.c_str(), precision_name(bar.precision), static_cast<long long>(stepwise_exact),
+              static_cast<long long>(stepwise), static_cast<long long>(one_step_exact),
+              static_cast<long long>(one_step), worst, bar.limit, static_cast<long long>(full),
+              shared ? "by reference" : "NOT SHARED", static_cast<long long>(fork_differing), ok ? "PASS" : "FAIL");
+}
+
 }  // namespace
+
+// One failing rollback check does not stop the model checks after it either.
+void check_rollback_guarded(const std::string& name, const std::string& dir, const Bar& bar) {
+  try {
+    check_rollback(name, dir, bar);
+  } catch (const std::exception& e) {
+    ++failures;
+    std::printf("%-16s %-4s rollback: error: %s  FAIL\n", name.c_str(), precision_name(bar.precision), e.what());
+  }
+}
 
 // One failing snapshot check does not stop the model checks after it.
 void check_snapshot_guarded(const std::string& name, const Model& cpu, const Model& gpu) {
@@ -377,6 +452,7 @@ int main(int argc, char** argv) {
           check_batch(name, bar, cpu, *gpu);
           check_snapshot_guarded(name, cpu, *gpu);
         }
+        check_rollback_guarded(name, dir, kBf16Bar);
         for (const int64_t len : {4, 129, 530}) check_sequence(name + " vs bf16", kFp8Bar, bf16, fp8, len, 0, len == 530 ? 32 : 4);
         continue;
       }
@@ -388,6 +464,7 @@ int main(int argc, char** argv) {
         check_batch(name, bar, cpu, gpu);
         check_graphs(name, dir, bar.precision);
         check_snapshot_guarded(name, cpu, gpu);
+        check_rollback_guarded(name, dir, bar);
       }
     }
   } catch (const std::exception& e) {
