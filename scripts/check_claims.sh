@@ -16,8 +16,9 @@
 # - SHOWN is the number exactly as the paragraph prints it (thousands commas, a trailing `k` for thousands,
 #   `e`-notation allowed). It must occur in the paragraph as a whole number (so the block cannot drift from the
 #   text), and the value of EXPR rounded to SHOWN's precision must equal it.
-# - EXPR is terms joined by `*` or `/` (left to right); a term is a number or `[FILE:]PATH`. FILE is relative to
-#   the block's file's folder (default: the block's file). PATH into JSON: keys joined by `.`, `[3]` indexes a
+# - EXPR is terms joined by ` * `, ` / `, ` + ` or ` - ` (spaces around; left to right, no precedence); a term is
+#   a number or `[FILE:]PATH`. FILE is relative to the block's file's folder (default: the block's file). PATH
+#   into JSON: keys joined by `.` (a key may hold spaces), `[3]` indexes a
 #   list, `[batch=1,context=4096]` picks the list element with those fields. PATH `/REGEX/` on any file: the first
 #   capture group of the first match (multi-line mode); `/REGEX/max` or `/REGEX/min`: over every group of every
 #   match (the worst row of a text table).
@@ -111,12 +112,12 @@ def term_value(term, default_file, where):
     return json_path(doc, path, f"{where} ({os.path.relpath(file, ROOT)})")
 
 def evaluate(expr, default_file, where):
-    # Split on * and / that stand between spaces, so paths and regexes keep theirs.
-    parts = re.split(r"\s+([*/])\s+", expr.strip())
+    # Split on operators that stand between spaces, so paths and regexes keep their own characters.
+    parts = re.split(r"\s+([-+*/])\s+", expr.strip())
     value = term_value(parts[0], default_file, where)
     for op, term in zip(parts[1::2], parts[2::2]):
         v = term_value(term, default_file, where)
-        value = value * v if op == "*" else value / v
+        value = {"*": value * v, "/": value / v if v else math.nan, "+": value + v, "-": value - v}[op]
     return value
 
 def matches(shown, value):
