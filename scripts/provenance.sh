@@ -5,7 +5,8 @@
 #        bash scripts/provenance.sh --commit   the commit alone (for --commit of strata bench / bench serve)
 # The GPU machine gets a copy of the tree without .git: there, set STRATA_COMMIT to what `bash scripts/provenance.sh
 # --commit` printed where the copy was made. Without git and without STRATA_COMMIT the commit says so rather than
-# guess. Untracked files do not count as dirty (result folders inside the tree would make every run dirty).
+# guess. Untracked files do not count as dirty (result folders inside the tree would make every run dirty); a run
+# that rewrites a tracked results file should write elsewhere first and copy, or it records itself as dirty.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
