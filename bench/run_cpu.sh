@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-commit=$(git rev-parse HEAD)
+commit=$(bash scripts/provenance.sh --commit)  # "-dirty" when tracked files had uncommitted changes
 models=$(mktemp -d)
 trap 'rm -rf "$models"' EXIT
 for preset in tiny small; do

@@ -16,7 +16,7 @@
 # offline the median; every run's headline number is listed.
 # Usage (repo root, after scripts/setup.sh): bash bench/run_serve_cpu.sh [BUILD_DIR] [OUT_JSON]
 # SERVE_OMP_THREADS (default 1): the server's model threads; 1 leaves the second core to HTTP and the client.
-# COMMIT: the commit BUILD_DIR was built from (default: git rev-parse HEAD).
+# COMMIT: the commit BUILD_DIR was built from (default: scripts/provenance.sh --commit, "-dirty" when the tree was).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -26,7 +26,7 @@ trap 'rm -rf "$work"' EXIT
 export OMP_WAIT_POLICY=PASSIVE
 "$build/strata" model init --preset tiny --layers 1 --seed 0 --out "$work/tiny1" >/dev/null
 
-commit=${COMMIT:-$(git rev-parse HEAD)}  # COMMIT: when BUILD_DIR was built from another checkout
+commit=${COMMIT:-$(bash scripts/provenance.sh --commit)}  # COMMIT: when BUILD_DIR was built from another checkout
 python3 - "$build/strata" "$work" "$out" "$commit" "${SERVE_OMP_THREADS:-1}" "${PORT:-18080}" <<'EOF'
 import itertools, json, os, random, resource, shutil, subprocess, sys, time
 strata, work, out, commit, serve_threads, port = sys.argv[1:]

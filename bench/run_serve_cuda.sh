@@ -13,7 +13,8 @@
 set -euo pipefail
 strata=${1:?usage: run_serve_cuda.sh STRATA_BINARY OUT_DIR [COMMIT]}
 out=${2:?usage: run_serve_cuda.sh STRATA_BINARY OUT_DIR [COMMIT]}
-commit=${3:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+# COMMIT: default scripts/provenance.sh --commit (STRATA_COMMIT on a machine without .git; "-dirty" when it was).
+commit=${3:-$(bash "$(dirname "$0")/../scripts/provenance.sh" --commit)}
 port=${PORT:-18123}
 work=$(mktemp -d)
 mkdir -p "$out"

@@ -387,9 +387,11 @@ def int_list(s):
 
 
 def git_commit():
+    """The commit, "-dirty" when tracked files differ from it (scripts/provenance.sh: STRATA_COMMIT without .git)."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "provenance.sh")
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+        return subprocess.run(["bash", script, "--commit"], capture_output=True, text=True, timeout=10,
+                              check=True).stdout.strip()
     except Exception:  # noqa: BLE001
         return "unknown"
 

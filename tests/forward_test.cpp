@@ -40,6 +40,13 @@ int32_t argmax(const float* x, int64_t n) {
   return static_cast<int32_t>(std::max_element(x, x + n) - x);
 }
 
+// The worst row's max|Δ|/max|ref| over `rows` rows of `vocab` logits (+inf when a row holds a NaN or infinity).
+double worst_row_error(const float* got, const float* want, int64_t rows, int64_t vocab) {
+  double worst = 0;
+  for (int64_t r = 0; r < rows; ++r) worst = std::max(worst, test::row_rel_error(got + r * vocab, want + r * vocab, vocab));
+  return worst;
+}
+
 // transformers' fp32 eager logits for a 300-token prompt and 16 greedy steps; the checkpoint is the one
 // save_pretrained wrote (bf16 copy of bf16-exact weights), so this also checks its tensor names and config.json.
 void check_fixture(const std::string& name) {
@@ -51,10 +58,7 @@ void check_fixture(const std::string& name) {
 
   SequenceState st = m.new_sequence();
   Mat logits = m.forward(e.prompt, st, true);
-  double worst = 0;
-  for (int64_t r = 0; r < n; ++r)
-    worst = std::max(worst, test::row_rel_error(logits.row(r), e.prompt_logits.data() + r * vocab, vocab));
-  EXPECT_LE(worst, kTolerance) << name << ": prompt logits";
+  EXPECT_LE(worst_row_error(logits.v.data(), e.prompt_logits.data(), n, vocab), kTolerance) << name << ": prompt logits";
 
   const float* last = logits.row(n - 1);
   Mat step;
@@ -69,6 +73,27 @@ void check_fixture(const std::string& name) {
 
 TEST(Forward, MatchesTransformersAllLayerTypesHc4) { check_fixture("a_hc4"); }
 TEST(Forward, MatchesTransformersShortWindowSmallRates) { check_fixture("c_short"); }
+
+// The parity bar above must be able to fail on numbers that are not numbers: the fixture's own logits pass it
+// exactly, and the same logits with one NaN (or infinite) element in one row fail it — also when that row is the
+// only bad one among 300, and whether the poison is in what we computed or in the reference.
+TEST(Forward, ParityBarFailsOnANanOrInfiniteRow) {
+  const Expected e = read_expected(test::fixture("c_short"));
+  const int64_t rows = static_cast<int64_t>(e.prompt.size());
+  const int64_t vocab = static_cast<int64_t>(e.prompt_logits.size()) / rows;
+  ASSERT_GT(rows, 2);
+  EXPECT_EQ(worst_row_error(e.prompt_logits.data(), e.prompt_logits.data(), rows, vocab), 0.0);
+  for (const float poison : {NAN, INFINITY, -INFINITY}) {
+    std::vector<float> bad = e.prompt_logits;
+    bad[static_cast<size_t>(rows / 2 * vocab + 3)] = poison;
+    EXPECT_FALSE(worst_row_error(bad.data(), e.prompt_logits.data(), rows, vocab) <= kTolerance) << poison;
+    EXPECT_FALSE(worst_row_error(e.prompt_logits.data(), bad.data(), rows, vocab) <= kTolerance) << poison;
+  }
+  // A whole row of NaN, the case the old comparison scored 0 (std::max(x, NaN) keeps x).
+  std::vector<float> nan_row = e.prompt_logits;
+  std::fill_n(nan_row.begin() + vocab, vocab, NAN);
+  EXPECT_FALSE(worst_row_error(nan_row.data(), e.prompt_logits.data(), rows, vocab) <= kTolerance);
+}
 
 // Logits of `tokens` when the prompt is fed in chunks of the given sizes (cycled), then the rest one by one.
 Mat run_chunked(const Model& m, const std::vector<int32_t>& tokens, const std::vector<int64_t>& chunks,
@@ -113,7 +138,7 @@ TEST_F(ChunkingTest, AnyPrefillChunkingThenDecodeEqualsOneForward) {
   for (const auto& [chunks, prefill] : schedules) {
     const Mat got = run_chunked(m, tokens, chunks, prefill);
     for (int64_t r = 0; r < whole.rows; ++r)
-      ASSERT_EQ(0, std::memcmp(got.row(r), whole.row(r), static_cast<size_t>(whole.cols) * 4))
+      ASSERT_TRUE(test::same_finite_bits(got.row(r), whole.row(r), static_cast<size_t>(whole.cols)))
           << "row " << r << " differs with chunk " << chunks[0] << " and prefill " << prefill;
   }
 }
@@ -144,7 +169,7 @@ TEST_F(ChunkingTest, BatchedSequencesMatchSoloRunsBitForBit) {
     const std::vector<Mat> got = m.forward_batch(chunks);
     for (int q = 0; q < n_seq; ++q) {
       ASSERT_EQ(got[q].v.size(), expected[q].v.size());
-      ASSERT_EQ(0, std::memcmp(got[q].v.data(), expected[q].v.data(), got[q].v.size() * 4))
+      ASSERT_TRUE(test::same_finite_bits(got[q].v.data(), expected[q].v.data(), got[q].v.size()))
           << "sequence " << q << " step " << step;
     }
   }
@@ -182,8 +207,8 @@ TEST_F(ChunkingTest, SamplingStagePicksWhatTheReferenceOpsPickOnTheSameLogits) {
     const float* r0 = expected[0].row(0);
     EXPECT_EQ(got.picks[0], static_cast<int32_t>(std::max_element(r0, r0 + expected[0].cols) - r0)) << "step " << step;
     EXPECT_EQ(got.picks[1], -1);
-    EXPECT_EQ(0, std::memcmp(got.raw.row(0), expected[1].row(0), expected[1].v.size() * 4)) << "step " << step;
-    EXPECT_EQ(0, std::memcmp(got.raw.row(1), expected[2].row(0), expected[2].v.size() * 4)) << "step " << step;
+    EXPECT_TRUE(test::same_finite_bits(got.raw.row(0), expected[1].row(0), expected[1].v.size())) << "step " << step;
+    EXPECT_TRUE(test::same_finite_bits(got.raw.row(1), expected[2].row(0), expected[2].v.size())) << "step " << step;
     std::vector<float> work = expected[2].v;
     cpu::apply_penalties(work, pen);
     EXPECT_EQ(got.picks[2], cpu::pick_token(work, draw)) << "step " << step;

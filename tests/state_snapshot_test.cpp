@@ -50,7 +50,7 @@ StatePoolLimits pool_limits(const Model& m, int64_t sequences, int64_t blocks) {
 
 void expect_bit_identical(const Mat& a, const Mat& b, const std::string& what) {
   ASSERT_EQ(a.v.size(), b.v.size()) << what;
-  EXPECT_EQ(std::memcmp(a.v.data(), b.v.data(), a.v.size() * sizeof(float)), 0) << what;
+  EXPECT_TRUE(test::same_finite_bits(a.v.data(), b.v.data(), a.v.size())) << what;
 }
 
 std::string error_of(const std::function<void()>& fn) {

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "model/safetensors.h"
 
 namespace strata::test {
@@ -48,14 +50,29 @@ inline std::vector<int64_t> int64s_of(const model::TensorView& t) {
   return v;
 }
 
-// max |a - b| / max |b| over one row.
+// max |a - b| / max |b| over one row; +inf when either row holds a NaN or an infinity. (std::max(x, NaN) keeps x,
+// so without the check a row of NaN logits would score 0; +inf fails every `error <= bar` and survives a running
+// std::max over rows.)
 inline double row_rel_error(const float* a, const float* b, int64_t n) {
   double num = 0, den = 0;
   for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
     num = std::max(num, static_cast<double>(std::fabs(a[i] - b[i])));
     den = std::max(den, static_cast<double>(std::fabs(b[i])));
   }
   return num / std::max(den, 1e-30);
+}
+
+// Bit-identical and finite: two rows of the same NaNs compare equal under memcmp, which must not pass a
+// bit-identity check. Names the first non-finite or differing element.
+inline ::testing::AssertionResult same_finite_bits(const float* a, const float* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i]))
+      return ::testing::AssertionFailure() << "element " << i << " is not finite (" << a[i] << " vs " << b[i] << ")";
+    if (std::memcmp(a + i, b + i, sizeof(float)) != 0)
+      return ::testing::AssertionFailure() << "element " << i << " differs (" << a[i] << " vs " << b[i] << ")";
+  }
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace strata::test

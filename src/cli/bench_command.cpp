@@ -20,6 +20,7 @@
 #include "cli/args.h"
 #include "cli/backend_flags.h"
 #include "cli/commands.h"
+#include "cli/git_commit.h"
 #include "core/error.h"
 #include "model/deepseek_v4/model.h"
 #include "model/deepseek_v4/presets.h"
@@ -64,7 +65,8 @@ options:
   --chunk N            prefill chunk for --prefill and --batch contexts
   --ceilings GBS,TFLOPS  the device's copy bandwidth (GB/s) and bf16 peak (TFLOP/s) for the floors, instead of
                        measuring them (cuda) — on any backend, e.g. to compare a CPU run with its datasheet
-  --commit SHA         git commit to record (default: unknown)
+  --commit SHA         git commit to record (default: $STRATA_COMMIT, else git rev-parse HEAD with "-dirty"
+                       when tracked files differ, else "unknown")
   --out FILE           write the JSON here (default: print it)
 
 JSON: device {backend, cpu, threads, gpu; on cuda also copy_bandwidth_gbs (device-to-device copy, bytes read +
@@ -442,7 +444,7 @@ int bench_command(const std::vector<std::string>& argv) {
       {"benchmark", std::string(model::v4::device_name(device)) + "_forward"},
       {"device", device_json},
       {"date", utc_now()},
-      {"commit", args.str("commit", "unknown")},
+      {"commit", args.has("commit") ? args.str("commit") : git_commit()},
       {"config", config},
       {"prefill", {{"seconds_median", p}, {"tokens_per_s", static_cast<double>(prompt_len) / p}}},
       {"decode",

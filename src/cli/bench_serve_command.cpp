@@ -14,6 +14,7 @@
 #include "bench/serve_workload.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/git_commit.h"
 #include "core/error.h"
 
 namespace strata::cli {
@@ -50,7 +51,8 @@ options:
   --timeout S            per-request limit in seconds (default 600)
   --seed S               of the prompts and the arrival times (default 0)
   --label TEXT           recorded in the JSON config (e.g. which model the server runs)
-  --commit SHA           git commit recorded in the JSON (default: git rev-parse HEAD, else "unknown")
+  --commit SHA           git commit recorded in the JSON (default: $STRATA_COMMIT, else git rev-parse HEAD
+                         with "-dirty" when tracked files differ, else "unknown")
   --out FILE.json        write device, date, commit, config and results as JSON
 
 Reported: request, output-token and total-token throughput; TTFT (send → first token chunk), TPOT ((E2E − TTFT)
@@ -68,17 +70,6 @@ std::string utc_now() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buf;
-}
-
-std::string git_commit() {
-  FILE* p = ::popen("git rev-parse HEAD 2>/dev/null", "r");
-  if (!p) return "unknown";
-  char buf[64] = {};
-  const bool got = std::fgets(buf, sizeof buf, p) != nullptr;
-  const int status = ::pclose(p);
-  std::string sha = got ? buf : "";
-  while (!sha.empty() && (sha.back() == '\n' || sha.back() == '\r')) sha.pop_back();
-  return status == 0 && sha.size() == 40 ? sha : "unknown";
 }
 
 std::optional<double> slo(const Args& args, const std::string& name) {

@@ -402,9 +402,26 @@ int run(const Options& o) {
                     static_cast<long long>(t.right), static_cast<long long>(t.total), 100 * accuracy, 100 * bar,
                     met ? "" : "  BELOW THE BAR");
     std::cout << line;
-    if (kind == "answer")
+    if (kind == "answer") {
       for (const auto& [task, tt] : by_answer_task)
         std::cout << "      " << task << ": " << tt.right << " / " << tt.total << "\n";
+      // Arithmetic on held-out number pairs measures generalisation; facts (capitals, units) are necessarily taught
+      // in training, only their phrasing is new — one accuracy over both would hide which is which.
+      Tally arithmetic, facts;
+      for (const auto& [task, tt] : by_answer_task) {
+        Tally& group = task == "add" || task == "sub" || task == "mul" ? arithmetic : facts;
+        group.right += tt.right;
+        group.total += tt.total;
+      }
+      const auto group_line = [&line](const char* label, const Tally& g) {
+        if (g.total == 0) return;
+        std::snprintf(line, sizeof line, "    %-26s %4lld / %-4lld = %5.1f%%\n", label, static_cast<long long>(g.right),
+                      static_cast<long long>(g.total), 100.0 * static_cast<double>(g.right) / static_cast<double>(g.total));
+        std::cout << line;
+      };
+      group_line("arithmetic (add, sub, mul)", arithmetic);
+      group_line("facts (capital, unit)", facts);
+    }
   }
   if (below.empty()) {
     std::cout << "demo eval: PASS" << std::endl;

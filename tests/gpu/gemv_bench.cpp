@@ -25,6 +25,7 @@
 
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/gemv.h"
+#include "cli/git_commit.h"
 
 using strata::cuda::DeviceBuffer;
 namespace sc = strata::cuda;
@@ -293,7 +294,7 @@ int main(int argc, char** argv) {
                  " \"config\": {\"timing\": \"median of 25 launches, each between its own events (~8 us of fixed cost per "
                  "launch included); weights rotated through copies of >= 256 MB so every launch reads them from DRAM\", "
                  "\"old\": \"gemv_legacy\", \"new\": \"gemv / gemv_many\"},\n \"cases\": [\n",
-                 prop.name, date, argc > 2 ? argv[2] : "unknown");
+                 prop.name, date, argc > 2 ? argv[2] : strata::cli::git_commit().c_str());
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       const bool ok = r.error <= kBound && r.rows_identical;

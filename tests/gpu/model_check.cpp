@@ -51,9 +51,13 @@ constexpr Bar kFp32Bar{Precision::Fp32, 1e-3, 1.0, 0};
 constexpr Bar kBf16Bar{Precision::Bf16, 2e-2, 0.95, 2};
 constexpr Bar kFp8Bar{Precision::Fp8, 5e-2, 0.95, 4};
 
-// The error of the row at `quantile` of the sorted row errors (1.0: the worst).
+// The error of the row at `quantile` of the sorted row errors (1.0: the worst). A row whose error is not finite
+// (NaN or infinite logits) makes the answer +inf whatever the quantile: a p95 bar may forgive a few rows that are
+// off, never a row that is not a number (and NaN would break the sort's ordering besides).
 double at_quantile(std::vector<double> errors, double quantile) {
   if (errors.empty()) return 0;
+  for (const double e : errors)
+    if (!std::isfinite(e)) return INFINITY;
   std::sort(errors.begin(), errors.end());
   const auto i = static_cast<size_t>(std::ceil(quantile * static_cast<double>(errors.size()))) - 1;
   return errors[std::min(i, errors.size() - 1)];
@@ -62,11 +66,19 @@ double at_quantile(std::vector<double> errors, double quantile) {
 double rel_error(const float* got, const float* want, int64_t n) {
   double num = 0, den = 0;
   for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
+    // Either side: a NaN in the reference would otherwise give NaN, which `err > 1e-2` counts as fine.
+    if (!std::isfinite(got[i]) || !std::isfinite(want[i])) return INFINITY;
     num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
     den += static_cast<double>(want[i]) * want[i];
   }
   return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// Bit-identity checks count a row of NaN (or infinity) as differing: memcmp alone calls two equal NaN rows the same.
+bool same_finite_bits(const float* a, const float* b, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return false;
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
 }
 
 int32_t argmax(const float* row, int64_t n) {
@@ -298,7 +310,7 @@ void check_graphs(const std::string& name, const std::string& dir, Precision pre
         continue;
       }
       ++rows;
-      differing += std::memcmp(oa.raw.row(static_cast<int64_t>(raw)), ob.raw.row(static_cast<int64_t>(raw)), static_cast<size_t>(vocab) * sizeof(float)) != 0;
+      differing += !same_finite_bits(oa.raw.row(static_cast<int64_t>(raw)), ob.raw.row(static_cast<int64_t>(raw)), static_cast<size_t>(vocab));
       next[q] = argmax(oa.raw.row(static_cast<int64_t>(raw)), vocab);
       ++raw;
     }
@@ -327,7 +339,7 @@ void check_snapshot(const std::string& name, const Model& cpu, const Model& gpu)
   for (int64_t step = 0; step < steps; ++step) {
     const std::vector<int32_t> next = prompt_of(1, vocab, 100 + step);
     const Mat a = gpu.forward(next, original, false), b = gpu.forward(next, restored, false);
-    differing += a.v.size() != b.v.size() || std::memcmp(a.v.data(), b.v.data(), a.v.size() * sizeof(float)) != 0;
+    differing += a.v.size() != b.v.size() || !same_finite_bits(a.v.data(), b.v.data(), a.v.size());
   }
   const bool same_after = gpu.snapshot(restored) == gpu.snapshot(original);
   std::string refusal = "accepted";

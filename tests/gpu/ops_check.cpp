@@ -41,7 +41,9 @@ std::vector<float> randn(size_t n, float scale = 1.0f) {
 double rel_error(const std::vector<float>& got, const std::vector<float>& want) {
   double num = 0, den = 0;
   for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;  // also catches the NaN poison of unwritten elements
+    // Also catches the NaN poison of unwritten elements; the reference is checked too, so a NaN there fails
+    // `err <= limit` as +inf rather than slipping through a comparison that NaN makes false.
+    if (!std::isfinite(got[i]) || !std::isfinite(want[i])) return INFINITY;
     num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
     den += static_cast<double>(want[i]) * want[i];
   }

@@ -3,7 +3,9 @@
 # inputs (strata_gpu_checks), then the whole model (strata_gpu_model_check) on the transformers parity fixtures
 # and a random tiny preset. Usage (repo root, carrying .deps/include, .deps/pcre2, .deps/xxhash and, for the server,
 # .deps/debs — all made by scripts/device_deps.sh):
-#   bash tests/gpu/run.sh [OUTDIR]
+#   STRATA_COMMIT=$(bash scripts/provenance.sh --commit) bash tests/gpu/run.sh [OUTDIR]
+# (run the $(…) where the tree is a git checkout: the GPU machine's copy has no .git). Each output file starts with
+# the device, date and commit (scripts/provenance.sh), "-dirty" when the tree had uncommitted changes.
 set -euo pipefail
 out=${1:-/tmp}
 # Boost's headers travel as Debian's .deb (scripts/device_deps.sh): unpacked here, CMake finds them in .deps/boost
@@ -16,9 +18,9 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_TESTS=OFF -
 ninja -C build-gpu strata strata_gpu_checks strata_gpu_model_check > "$out/gpu_build.log" 2>&1 || { tail -60 "$out/gpu_build.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 status=0
-./build-gpu/strata_gpu_checks | tee "$out/gpu_checks.txt" || status=1
+{ bash scripts/provenance.sh; ./build-gpu/strata_gpu_checks; } | tee "$out/gpu_checks.txt" || status=1
 rm -rf /tmp/strata-gpu-tiny
 ./build-gpu/strata model init --preset tiny --dtype bf16 --seed 7 --out /tmp/strata-gpu-tiny > /dev/null
-./build-gpu/strata_gpu_model_check tests/fixtures/a_hc4 tests/fixtures/c_short /tmp/strata-gpu-tiny \
+{ bash scripts/provenance.sh; ./build-gpu/strata_gpu_model_check tests/fixtures/a_hc4 tests/fixtures/c_short /tmp/strata-gpu-tiny; } \
   | tee "$out/gpu_model_check.txt" || status=1
 exit $status

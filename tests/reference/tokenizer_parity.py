@@ -183,11 +183,12 @@ def cpu_name():
 
 
 def git_commit():
+    """The commit, "-dirty" when tracked files differ from it (scripts/provenance.sh: STRATA_COMMIT without .git)."""
     try:
-        sha = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return None
-    return sha if len(sha) == 40 and all(c in "0123456789abcdef" for c in sha) else None
+        return subprocess.run(["bash", os.path.join(REPO, "scripts", "provenance.sh"), "--commit"], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
 
 
 def main():

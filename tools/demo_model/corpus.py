@@ -25,14 +25,22 @@ Held-out split (so the held-out accuracy measures generalisation, not recall):
     held-out pairs); each line records its phrasing, and eval lines why it is unseen ("held_out_by"). Facts
     (capitals, units) are necessarily seen in training: for them the split is by phrasing alone.
 
+The CI set's rule is the phrasing tuple and the number pair, not the text: a fact question can come out word for
+word as a training question (2 of its 240 checks do against the committed model's two training splits;
+corpus_stats.json lists them). A second set, heldout_eval_sealed.jsonl, compares texts: none of its user texts
+equals a training text or a CI-set text after normalise() (case, whitespace), and none of its addition or
+subtraction pairs is one of the CI set's (multiplication has only 8 held-out pairs: the two sets share them). No training decision looks at it: train.py never reads it, so it stays a fresh measurement
+while the CI set has guided four training runs.
+
 Outputs in --out: train.jsonl, heldout.jsonl (the same modes, held-out pairs and phrasings, for held-out loss),
 heldout_eval.jsonl (the CI set: 200 plain-answer questions first, then json / thinking / tool_call /
-tool_result checks; each line says what to expect), and corpus_stats.json.
+tool_result checks; each line says what to expect), heldout_eval_sealed.jsonl (the sealed set, the same mix),
+and corpus_stats.json.
 
 usage: python3 tools/demo_model/corpus.py --out DIR [--seed 0] [--train-lines 250000]
        [--train-seed N] [--task-weights add=..,sub=..,mul=..,capital=..,unit=..] [--suffix-none P]
-       [--extra-suffixes P]
-(the last four change the training split only, e.g. for a resumed run; held-out lines and the evaluation set
+       [--extra-suffixes P] [--exclude-train EARLIER_RUN/train.jsonl ...]
+(the last four before --exclude-train change the training split only, e.g. for a resumed run; held-out lines and the evaluation set
 depend on --seed alone)
 """
 import argparse
@@ -636,18 +644,57 @@ def heldout_reason(phrasing):
     return "suffix" if suffix not in TRAIN_SUFFIXES else "combination"
 
 
-def eval_lines(seed, frac, phrasing_frac=0.2):
-    """Held-out checks with what each must produce. Plain questions are unique (no repeated prompt)."""
-    sampler = Sampler("eval", seed, frac, phrasing_frac)
+def normalise(text):
+    """Case and runs of whitespace do not make a question new: "Which city is the capital of Peru? Thank you!" and
+    "which city is the capital of peru?  thank you!" are one text."""
+    return " ".join(text.casefold().split())
+
+
+def user_texts(request):
+    """The normalised text of every user message of a request (earlier turns included)."""
+    return [normalise(m["content"]) for m in request["messages"]
+            if m.get("role") == "user" and isinstance(m.get("content"), str)]
+
+
+def training_texts(rows):
+    return {t for row in rows for t in user_texts(row["request"])}
+
+
+def read_training_texts(path):
+    """training_texts of a train.jsonl written earlier (e.g. an earlier run the model was also trained on)."""
+    with open(path, encoding="utf-8") as f:
+        return {t for line in f for t in user_texts(json.loads(line)["request"])}
+
+
+def sealed_excluded_pairs(evals):
+    """The CI set's addition and subtraction pairs (mul's held-out pairs are too few to share out, see main)."""
+    return {pair_key(e["task"], *e["item"]) for e in evals if e["task"] in ("add", "sub")}
+
+
+def eval_lines(seed, frac, phrasing_frac=0.2, split="eval", exclude_texts=frozenset(), exclude_pairs=frozenset()):
+    """Held-out checks with what each must produce. Plain questions are unique (no repeated prompt).
+
+    split "eval" is the CI set (models/demo/heldout_eval.jsonl: its rules are those of the phrasing and the number
+    pair, see the module docstring). split "sealed" draws a second set from its own random stream and refuses a
+    check whose user text equals (after normalise) one of `exclude_texts` — the training texts and the first set's
+    — or whose arithmetic pair is in `exclude_pairs`: the set no training decision has looked at.
+    With nothing to exclude no draw is refused, so the CI set is what it always was."""
+    sampler = Sampler(split, seed, frac, phrasing_frac)
     seen, out = set(), []
+    prefix = "" if split == "eval" else split + "-"
+
+    def allowed(task, request, item):
+        if any(t in exclude_texts for t in user_texts(request)):
+            return False
+        return not (task in OPS and pair_key(task, *item) in exclude_pairs)
 
     def add_unique(kind, task, request, expect, answer, max_tokens, item, phrasing):
         key = json.dumps(request, sort_keys=True)
-        if key in seen:
+        if key in seen or not allowed(task, request, item):
             return False
         seen.add(key)
         request = dict(request, max_tokens=max_tokens)
-        out.append({"id": f"{kind}-{len(out):03d}", "kind": kind, "task": task, "request": request,
+        out.append({"id": f"{prefix}{kind}-{len(out):03d}", "kind": kind, "task": task, "request": request,
                     "answer": answer, "item": list(item), "expect": expect, "phrasing": phrasing,
                     "held_out_by": heldout_reason(phrasing)})
         return True
@@ -659,21 +706,28 @@ def eval_lines(seed, frac, phrasing_frac=0.2):
             request = {"messages": sampler.base_messages() + [{"role": "user", "content": text}]}
             done += add_unique("answer", task, request, {"content": str(answer)}, answer, 16, item, phrasing)
     tasks = list(EVAL_ANSWER_MIX)
-    for i in range(EVAL_OTHER["json"]):
+    # The loops below draw again only after a refused check; the CI set refuses none (each loop adds one per draw).
+    i = 0
+    while i < EVAL_OTHER["json"]:
         task = tasks[i % len(tasks)]
         text, answer, _, item, phrasing = sampler.question(task)
         request = {"messages": [{"role": "user", "content": text}], "response_format": {"type": "json_object"}}
-        add_unique("json", task, request, {"content_json": {"answer": answer}}, answer, 24, item, phrasing)
-    for i in range(EVAL_OTHER["thinking"]):
+        i += add_unique("json", task, request, {"content_json": {"answer": answer}}, answer, 24, item, phrasing) or not prefix
+    i = 0
+    while i < EVAL_OTHER["thinking"]:
         task = tasks[i % len(tasks)]
         request, reply, answer, item, phrasing = sampler.thinking(task)
-        add_unique("thinking", task, request, {"content": str(answer), "reasoning_nonempty": True}, answer, 128, item,
-                   phrasing)
-    for i in range(EVAL_OTHER["tool"]):
+        i += add_unique("thinking", task, request, {"content": str(answer), "reasoning_nonempty": True}, answer, 128,
+                        item, phrasing) or not prefix
+    i = 0
+    while i < EVAL_OTHER["tool"]:
         task = tasks[i % len(tasks)]
         (req1, _, call, item, phrasing), (req2, _, result, _, _) = sampler.tool_turns(task)
+        if prefix and not (allowed(task, req1, item) and allowed(task, req2, item)):
+            continue  # both turns of a tool check or neither
         add_unique("tool_call", task, req1, {"tool_call": call}, call, 128, item, phrasing)
         add_unique("tool_result", task, req2, {"content": str(result)}, result, 16, item, phrasing)
+        i += 1
     return out
 
 
@@ -710,6 +764,9 @@ def main():
     ap.add_argument("--suffix-none", type=float, default=None,
                     help="share of training questions without a suffix (default PART_WEIGHTS: 0.40); held-out "
                          "lines keep the default")
+    ap.add_argument("--exclude-train", action="append", default=[], metavar="TRAIN_JSONL",
+                    help="the train.jsonl of an earlier run the model also learned from (repeatable): the sealed "
+                         "evaluation set avoids its texts as well")
     ap.add_argument("--extra-suffixes", type=float, default=0.0,
                     help="share of suffixed training questions whose suffix comes from EXTRA_SUFFIXES (default 0)")
     args = ap.parse_args()
@@ -720,15 +777,31 @@ def main():
                                    args.extra_suffixes), args.train_lines, task_weights)
     heldout = generate_split(Sampler("heldout", args.seed, args.heldout_frac, args.phrasing_frac), args.heldout_lines)
     evals = eval_lines(args.seed, args.heldout_frac, args.phrasing_frac)
+    seen_in_training = training_texts(train)
+    for path in args.exclude_train:
+        seen_in_training |= read_training_texts(path)
+    # The second, sealed set: text-disjoint from every training text given and from the CI set, and no addition or
+    # subtraction pair of the CI set. (Multiplication has 8 held-out pairs in all, 7 of them in the CI set: excluding
+    # them would leave one pair for every sealed mul check, so mul shares pairs, never texts.) train.py never reads
+    # it (test_demo_model.py checks): no training decision looks at it.
+    sealed = eval_lines(args.seed, args.heldout_frac, args.phrasing_frac, "sealed",
+                        seen_in_training | {t for e in evals for t in user_texts(e["request"])},
+                        sealed_excluded_pairs(evals))
     write_jsonl(os.path.join(args.out, "train.jsonl"), train)
     write_jsonl(os.path.join(args.out, "heldout.jsonl"), heldout)
     write_jsonl(os.path.join(args.out, "heldout_eval.jsonl"), evals)
+    write_jsonl(os.path.join(args.out, "heldout_eval_sealed.jsonl"), sealed)
     summary = {"seed": args.seed, "train_seed": train_seed, "task_weights": task_weights or TASK_WEIGHTS,
                "train_suffix_none": args.suffix_none if args.suffix_none is not None else PART_WEIGHTS["suffix_none"],
                "train_extra_suffixes": args.extra_suffixes,
                "heldout_frac": args.heldout_frac, "phrasing_frac": args.phrasing_frac,
                "eval_answers_held_out_by": dict(collections.Counter(
                    l["held_out_by"] for l in evals if l["kind"] == "answer")),
+               # CI-set checks whose user text equals a training text after normalise (the CI set's rule is the
+               # phrasing, not the text: a fact question can come out word for word as a training one).
+               "eval_checks_equal_to_a_training_text": sorted(
+                   e["id"] for e in evals if any(t in seen_in_training for t in user_texts(e["request"]))),
+               "sealed": stats(sealed),
                "train_distinct_questions": len({q for l in train for q in [l["request"]["messages"][-1]["content"]]}),
                "train": stats(train),
                "heldout": stats(heldout), "eval": stats(evals)}

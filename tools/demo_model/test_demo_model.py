@@ -166,6 +166,52 @@ class CorpusTest(unittest.TestCase):
             self.assertGreaterEqual(kinds.count(kind), 5, kind)
 
 
+class HeldOutTextTest(unittest.TestCase):
+    """Held out by text, not only by phrasing tuple: the sealed set shares no normalised user text with training
+    or the CI set and no addition / subtraction pair with the CI set; train.py never reads it."""
+
+    def test_normalise(self):
+        self.assertEqual(corpus.normalise("  Which city is\tthe Capital of PERU?  Thank you!"),
+                         "which city is the capital of peru? thank you!")
+
+    def test_sealed_set(self):
+        train_texts = corpus.training_texts(CORPUS["train"])
+        ci_texts = corpus.training_texts(CORPUS["eval"])
+        ci_pairs = corpus.sealed_excluded_pairs(CORPUS["eval"])
+        sealed = corpus.eval_lines(0, 0.1, 0.2, "sealed", train_texts | ci_texts, ci_pairs)
+        self.assertEqual([l["kind"] for l in sealed], [l["kind"] for l in CORPUS["eval"]])
+        for line in sealed:
+            self.assertTrue(line["id"].startswith("sealed-"), line["id"])
+            for t in corpus.user_texts(line["request"]):
+                self.assertNotIn(t, train_texts, line)
+                self.assertNotIn(t, ci_texts, line)
+            if line["task"] in corpus.OPS:
+                self.assertNotIn(corpus.pair_key(line["task"], *line["item"]), ci_pairs, line)
+                self.assertTrue(corpus.is_heldout_pair(line["task"], *line["item"], 0.1), line)
+
+    def test_committed_sets_are_apart(self):
+        path = os.path.join(REPO, "models", "demo", "heldout_eval_sealed.jsonl")
+        if not os.path.exists(path):
+            self.skipTest("no models/demo/heldout_eval_sealed.jsonl")
+        with open(path) as f:
+            sealed = [json.loads(l) for l in f]
+        with open(os.path.join(REPO, "models", "demo", "heldout_eval.jsonl")) as f:
+            ci = [json.loads(l) for l in f]
+        self.assertEqual(json.dumps(ci, sort_keys=True), json.dumps(CORPUS["eval"], sort_keys=True))
+        ci_texts = corpus.training_texts(ci)
+        ci_pairs = corpus.sealed_excluded_pairs(ci)
+        self.assertTrue(ci_pairs)
+        for line in sealed:
+            self.assertFalse(set(corpus.user_texts(line["request"])) & ci_texts, line)
+            if line["task"] in corpus.OPS:
+                self.assertNotIn(corpus.pair_key(line["task"], *line["item"]), ci_pairs, line)
+
+    def test_training_never_reads_the_sealed_set(self):
+        for name in ("train.py", "greedy_eval.py", "run_on_gpu.sh"):
+            with open(os.path.join(HERE, name)) as f:
+                self.assertNotIn("sealed", f.read(), name)
+
+
 class ResumedCorpusTest(unittest.TestCase):
     """The training split of a resumed run (corpus.py --train-seed / --task-weights / --suffix-none) keeps the
     held-out rules: training pairs and phrasings only, no held-out part in its text, right answers; and these

@@ -680,6 +680,14 @@ def run(args, summary):
                 t[0] += r["correct"]
                 t[1] += 1
         summary["answer_accuracy_by_task"] = {k: f"{c}/{n}" for k, (c, n) in by_task.items()}
+        # Arithmetic (held-out number pairs) and facts (taught in training, new phrasing only) apart: one
+        # accuracy over both hides which of the two a run improved.
+        groups = {"arithmetic": [0, 0], "facts": [0, 0]}
+        for task, (c, n) in by_task.items():
+            g = groups["arithmetic" if task in ("add", "sub", "mul") else "facts"]
+            g[0] += c
+            g[1] += n
+        summary["answer_accuracy_arithmetic_facts"] = {k: f"{c}/{n}" for k, (c, n) in groups.items()}
         reason, by_reason = {l["id"]: l.get("held_out_by", "?") for l in data["heldout_eval"]}, {}
         for r in records:
             if r["kind"] == "answer":

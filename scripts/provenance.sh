@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# What every results file records about the run that made it (issue 23): the device, the date and the commit, with
+# "-dirty" appended when tracked files differed from that commit (uncommitted edits were part of the run).
+# Usage: bash scripts/provenance.sh            three lines, "device: …", "date: …", "commit: …" (a results header)
+#        bash scripts/provenance.sh --commit   the commit alone (for --commit of strata bench / bench serve)
+# The GPU machine gets a copy of the tree without .git: there, set STRATA_COMMIT to what `bash scripts/provenance.sh
+# --commit` printed where the copy was made. Without git and without STRATA_COMMIT the commit says so rather than
+# guess. Untracked files do not count as dirty (result folders inside the tree would make every run dirty); a run
+# that rewrites a tracked results file should write elsewhere first and copy, or it records itself as dirty.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+commit() {
+  if [ -n "${STRATA_COMMIT:-}" ]; then
+    echo "$STRATA_COMMIT"
+  elif sha=$(git rev-parse HEAD 2>/dev/null); then
+    if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then echo "$sha-dirty"; else echo "$sha"; fi
+  else
+    echo "unknown (no git here and no STRATA_COMMIT)"
+  fi
+}
+
+device() {
+  # GPU names and the CPU model; never the host name.
+  local gpus="" cpu
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | paste -sd, - | sed 's/,/, /g' || true)
+  fi
+  cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -1)
+  echo "${gpus:+$gpus; }${cpu:-unknown CPU} ($(nproc) threads)"
+}
+
+case "${1:-}" in
+  --commit) commit ;;
+  "") echo "device: $(device)"; echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "commit: $(commit)" ;;
+  *) echo "usage: scripts/provenance.sh [--commit]" >&2; exit 2 ;;
+esac
