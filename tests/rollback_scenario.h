@@ -27,8 +27,12 @@ struct RollbackResult {
   double max_rel_error = 0;     // the largest ‖a - b‖ / ‖b‖ of a continuation step's logits
 };
 
+// Bit-identical and finite (two rows of the same NaNs must not pass).
 inline bool same_bits(const Mat& a, const Mat& b) {
-  return a.v.size() == b.v.size() && std::memcmp(a.v.data(), b.v.data(), a.v.size() * sizeof(float)) == 0;
+  if (a.v.size() != b.v.size()) return false;
+  for (size_t i = 0; i < a.v.size(); ++i)
+    if (!std::isfinite(a.v[i]) || std::memcmp(&a.v[i], &b.v[i], sizeof(float)) != 0) return false;
+  return true;
 }
 
 // `make_state` gives fresh states of `m` (a lone one, or a pool slot) with room for the case.
