@@ -421,6 +421,26 @@ TEST_F(ServerEndToEnd, KeepAliveConnectionServesManyRequests) {
   }
 }
 
+// The scheme of an Authorization header is case-insensitive (RFC 9110); clients send "bearer" too.
+TEST_F(ServerEndToEnd, BearerSchemeInAnyCase) {
+  for (const char* scheme : {"Bearer ", "bearer ", "BEARER ", "bEaReR   "})
+    EXPECT_EQ(send("GET", "/v1/models", "", {std::string("Authorization: ") + scheme + kKey}).status, 200) << scheme;
+  for (const char* header : {"Authorization: bearer", "Authorization: bearer ", "Authorization: bearertest-key",
+                             "Authorization: basic test-key"})
+    EXPECT_EQ(send("GET", "/v1/models", "", {header}).status, 401) << header;
+}
+
+// A scrape before the first request already shows the state pool's size (the engine's stats start at zero).
+TEST_F(ServerEndToEnd, MetricsShowThePoolBeforeTheFirstRequest) {
+  Server fresh(*model_, *tokenizer_, engine_config(), server_config());
+  fresh.start();
+  HttpTestClient c(fresh.port());
+  c.send(http_request("GET", "/metrics"));
+  const std::string body = c.read_reply().body;
+  EXPECT_NE(body.find("\nstrata_state_pool_total_pages{model_name=\"tiny-v4\"} 256\n"), std::string::npos) << body;
+  EXPECT_NE(body.find("\nstrata_state_pool_total_slots{model_name=\"tiny-v4\"} 8\n"), std::string::npos) << body;
+}
+
 TEST_F(ServerEndToEnd, GracefulShutdown) {
   // A server of its own: it is shut down here.
   ServerConfig cfg = server_config();
