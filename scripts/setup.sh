@@ -7,7 +7,7 @@ build=${1:-build}
 [ $# -gt 0 ] && shift
 
 packages=(g++ cmake ninja-build ccache pkg-config nlohmann-json3-dev libgtest-dev libpcre2-dev libxxhash-dev libboost-dev
-          curl)
+          curl gnuplot-nox)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -20,12 +20,16 @@
 #include "cli/args.h"
 #include "cli/backend_flags.h"
 #include "cli/commands.h"
+#include "cli/bench_plots.h"
+#include "cli/default_model.h"
 #include "core/error.h"
 #include "model/deepseek_v4/model.h"
 #include "model/deepseek_v4/presets.h"
 #include "model/deepseek_v4/random_init.h"
 #include "model/deepseek_v4/state_pool.h"
 #ifdef STRATA_WITH_CUDA
+#include <cuda_runtime_api.h>
+
 #include "backend/cuda/roofline.h"
 #endif
 
@@ -65,7 +69,10 @@ options:
   --ceilings GBS,TFLOPS  the device's copy bandwidth (GB/s) and bf16 peak (TFLOP/s) for the floors, instead of
                        measuring them (cuda) — on any backend, e.g. to compare a CPU run with its datasheet
   --commit SHA         git commit to record (default: unknown)
-  --out FILE           write the JSON here (default: print it)
+  --out FILE           write the JSON here (default: print it), and the plots beside it: FILE_pareto.png (with
+                       --batch: tokens/s per device against tokens/s per user, a curve per context) and
+                       FILE_floor.png (on cuda or with --ceilings: measured time over the floor), drawn by gnuplot
+  --plots on|off       draw those PNGs when --out is given (default on; without gnuplot a warning says so)
 
 JSON: device {backend, cpu, threads, gpu; on cuda also copy_bandwidth_gbs (device-to-device copy, bytes read +
 written per second), bf16_gemm_tflops (cuBLASLt 8192³), weight_bytes_per_param {layer_matrices,
@@ -363,7 +370,7 @@ LoadedModel load(const Args& args, const BackendFlags& backend) {
 int bench_command(const std::vector<std::string>& argv) {
   const Args args(argv,
                   {"model", "preset", "layers", "dtype", "seed", "device", "prompt-len", "decode-tokens", "repeats",
-                   "commit", "out", "prefill", "batch", "context", "chunk", "ceilings", "precision", "cuda-graphs"},
+                   "commit", "out", "plots", "prefill", "batch", "context", "chunk", "ceilings", "precision", "cuda-graphs"},
                   {"help", "cuda-op-times"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
@@ -384,6 +391,10 @@ int bench_command(const std::vector<std::string>& argv) {
   }
   if (args.has("chunk") && args.integer("chunk", 1) < 1)
     fail("option --chunk: expected ≥ 1, found ", args.integer("chunk", 1));
+  const std::string plots_option = args.str("plots", "on");
+  if (plots_option != "on" && plots_option != "off") fail("option --plots: expected on or off, found '", plots_option, "'");
+  if (args.has("plots") && !args.has("out")) fail("option --plots: the plots go beside the JSON of --out, which is missing");
+  const bool plots = plots_option == "on";
   // FP8 random weights stay FP8 on the GPU unless asked otherwise: that is what --dtype fp8 benchmarks.
   const bool fp8_on_gpu = args.str("dtype", "bf16") == "fp8" && args.str("device", "cpu") == "cuda";
   const BackendFlags backend = read_backend_flags(args, fp8_on_gpu ? "fp8" : "bf16");
@@ -469,9 +480,17 @@ int bench_command(const std::vector<std::string>& argv) {
   if (device == model::v4::Device::Cuda) j["cuda_graph_replays"] = m.steps_replayed();
   const std::string text = j.dump(2) + "\n";
   if (args.has("out")) {
-    std::ofstream out(args.str("out"));
-    if (!out) fail("option --out: cannot write '", args.str("out"), "'");
-    out << text;
+    {
+      std::ofstream out(args.str("out"));
+      out << text;
+      if (!out) fail("option --out: cannot write '", args.str("out"), "'");
+    }
+    if (plots) try {
+        for (const std::string& png : draw_bench_plots(j, args.str("out"))) std::fprintf(stderr, "plot: %s\n", png.c_str());
+      } catch (const Error& e) {
+        // The run is done and its JSON written: a missing or failing gnuplot costs only the pictures.
+        std::fprintf(stderr, "strata bench: warning: no plots: %s\n", e.what());
+      }
   }
   std::fputs(text.c_str(), stdout);
   return 0;
