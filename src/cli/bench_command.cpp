@@ -157,6 +157,11 @@ std::optional<Ceilings> ceilings_for(const Args& args, model::v4::Device device)
   }
   if (device != model::v4::Device::Cuda) return std::nullopt;
 #ifdef STRATA_WITH_CUDA
+  // The measurement is the first CUDA call: without a GPU it would fail with a raw CUDA error and a source path. Say
+  // it as generate and serve do (make_cuda_runner in backend/cuda/cuda_runner.cpp).
+  int devices = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0)
+    fail("--device cuda: no usable CUDA device (", e != cudaSuccess ? cudaGetErrorString(e) : "none found", ")");
   Ceilings c{cuda::measure_copy_bandwidth_gbs(), cuda::measure_bf16_gemm_tflops()};
   std::fprintf(stderr, "device ceilings: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", c.bandwidth_gbs, c.peak_tflops);
   return c;
@@ -331,7 +336,7 @@ LoadedModel load(const Args& args, const BackendFlags& backend) {
     for (const char* option : {"layers", "dtype", "seed"})
       if (args.has(option))
         fail("bench: --", option, " shapes random weights and needs --preset; found it with --model");
-    const std::string dir = args.str("model");
+    const std::string dir = checked_model_dir(args.str("model"));
     const auto t0 = clock::now();
     model::v4::Model m = model::v4::load_model(dir, backend.device, backend.precision, backend.cuda);
     return {std::move(m),

@@ -73,7 +73,6 @@ int serve_command(const std::vector<std::string>& argv) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  const std::string dir = model_dir_or_default(args);
   const BackendFlags backend = read_backend_flags(args);
   const int64_t port = args.integer("port", 8000);
   if (port < 0 || port > 65535) fail("option --port: expected 0..65535, found ", port);
@@ -84,6 +83,7 @@ int serve_command(const std::vector<std::string>& argv) {
   if (!(idle_s > 0)) fail("option --idle-timeout: expected seconds > 0, found ", idle_s);
   const int64_t max_body = positive_integer(args, "max-body-bytes", 8 << 20);
   const int64_t max_n = positive_integer(args, "max-n", 16);
+  const std::string dir = model_dir_or_default(args);  // after the options: a bad flag is named before the model
 
   // Block the shutdown signals before any thread starts, so every thread inherits the mask and only the
   // sigtimedwait below receives them.

@@ -12,6 +12,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "core/error.h"
 #include "text/tokenizer.h"
 
@@ -93,7 +94,7 @@ int tokenize_command(const std::vector<std::string>& argv) {
   }
   const int sources = static_cast<int>(args.has("text")) + args.has("text-file") + args.has("jsonl");
   if (sources != 1) fail("give exactly one of --text, --text-file or --jsonl (found ", sources, "; see --help)");
-  const std::string dir = args.required("model");
+  const std::string dir = checked_model_dir(args.required("model"));
   const bool parse_special = args.has("parse-special"), add_bos = args.has("add-bos");
   const int64_t repeats = args.integer("repeats", 5);
   if (repeats < 1) fail("option --repeats: expected a positive integer, found ", repeats);
