@@ -91,9 +91,10 @@ fields}]}]. Floor fields (cuda, or with --ceilings; per step for decode, per who
   floor_bound          "memory" or "compute": which term set the floor
   measured_over_floor  measured time / floor_seconds (1 = at the hardware floor)
 
-examples:
+examples (from the repository root):
   strata bench --preset small --layers 2 --prompt-len 256 --decode-tokens 16
-  strata bench --model /tmp/small --prompt-len 512 --decode-tokens 32 --commit $(git rev-parse HEAD) --out bench/results/cpu_small.json
+  strata model init --preset small --layers 2 --out /tmp/small
+  strata bench --model /tmp/small --prompt-len 512 --decode-tokens 32 --commit $(git rev-parse HEAD) --out /tmp/cpu_small.json
   strata bench --preset flash --layers 10 --dtype fp8 --device cuda --prefill 1024,4096,16384 \
                --batch 1,8,32,64 --context 4096,32768 --decode-tokens 16 --commit $(git rev-parse HEAD)
 )";

@@ -56,8 +56,7 @@ Endpoints: POST /v1/chat/completions, POST /v1/completions (stream or not), GET 
 GET /metrics (Prometheus text).
 
 example:
-  strata model init --preset tiny --out /tmp/tiny   # a random model; needs a tokenizer.json to serve
-  strata serve --model /tmp/tiny --port 8000
+  strata serve --port 8000 &   # the demo model (models/demo/); --model DIR for another checkpoint
   curl localhost:8000/v1/chat/completions -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":8}'
 )";
 

@@ -36,10 +36,11 @@ options:
 
 Prints the ids as a JSON array, e.g. [19923, 2058].
 
-examples:
+examples (from the repository root; scripts/setup.sh fetches .deps/tokenizer-deepseek_v3):
   strata tokenize --model .deps/tokenizer-deepseek_v3 --text 'Hello world'
-  strata tokenize --model DIR --parse-special --jsonl prompts.jsonl
-  strata tokenize --model DIR --jsonl corpus.jsonl --bench --repeats 5
+  printf '%s\n' '"<｜begin▁of▁sentence｜>Hello"' '"2 + 2 = 4"' > /tmp/prompts.jsonl
+  strata tokenize --model models/demo --parse-special --jsonl /tmp/prompts.jsonl
+  strata tokenize --model models/demo --jsonl /tmp/prompts.jsonl --bench --repeats 5
 )";
 
 std::string read_file(const std::string& path, const std::string& option) {
