@@ -178,6 +178,7 @@ TEST(Sampler, InvalidParametersAreNamed) {
       {"stop", [](SamplingParams& p) { p.stop = {""}; }},
       {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{6, 1.0f}}; }},
       {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{2, 100.5f}}; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{2, 1.0f}, {3, 1.0f}, {2, -1.0f}}; }},
   };
   for (const auto& [name, spoil] : cases) {
     SamplingParams p;
