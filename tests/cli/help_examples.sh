@@ -24,7 +24,9 @@ command -v curl >/dev/null || { echo "SKIP: no curl (scripts/setup.sh installs i
 
 gpu=yes
 strata generate --device cuda --prompt-ids 1 --max-tokens 1 >/dev/null 2>&1 || gpu=no
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# A port nothing listens on (a connection to it is refused).
+port=$((20000 + RANDOM % 20000))
+while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
 
 # The example lines of one help text: from "example:" / "examples ...:" to the end, continuation lines joined.
 examples() {
