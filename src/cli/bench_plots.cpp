@@ -186,8 +186,8 @@ BenchPlotScript latency_cdf_script(const std::map<std::string, std::vector<doubl
   if (n == 0) return out;
   out.pngs.push_back((p.parent_path() / p.stem()).string() + "_latency.png");
   s << png_terminal(out.pngs.back(), 900) << "set key bottom right\nset logscale x\nset yrange [0:1]\n"
-    << "set title " << quoted("Serving latency (cumulative share of requests)\n" + title) << " noenhanced\n"
-    << "set xlabel \"milliseconds\"\nset ylabel \"share of requests at or below\"\nplot " << plots
+    << "set title " << quoted("Serving latency, cumulative\n" + title) << " noenhanced\n"
+    << "set xlabel \"milliseconds\"\nset ylabel \"share at or below (of requests; of token gaps for ITL)\"\nplot " << plots
     << "\nunset output\nreset\n";
   out.script = s.str();
   return out;
