@@ -148,6 +148,7 @@ struct Prompt {
   std::optional<engine::SamplingParams> chat_sampling;
   std::optional<int64_t> max_tokens;
   bool include_stop = false;  // the request's include_stop_str_in_output
+  bool parallel_tool_calls = true;  // false: only the reply's first tool call is shown, as the server returns it
 };
 
 // The request body of --chat FILE ("-": stdin).
@@ -191,6 +192,7 @@ void read_chat(Prompt& p, const std::string& file, const std::string& dir, const
     p.chat = r.chat_options;
     p.chat_sampling = r.sampling;
     p.include_stop = r.include_stop_str_in_output;
+    p.parallel_tool_calls = r.parallel_tool_calls;
   } catch (const server::RequestError& e) {
     fail(where, ": ", e.what());
   }
@@ -289,9 +291,11 @@ void print_output(const Prompt& p, const std::vector<int32_t>& generated, const 
   nlohmann::ordered_json msg = {{"reasoning_content", a.reasoning_content + b.reasoning_content},
                                 {"content", a.content + b.content},
                                 {"tool_calls", nlohmann::ordered_json::array()}};
-  for (const text::ParsedToolCall& call : parser.tool_calls())
+  for (const text::ParsedToolCall& call : parser.tool_calls()) {
+    if (!p.parallel_tool_calls && !msg["tool_calls"].empty()) break;
     msg["tool_calls"].push_back({{"id", call.id}, {"type", "function"},
                                  {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+  }
   for (const std::string& w : parser.warnings()) std::fprintf(stderr, "warning: %s\n", w.c_str());
   std::printf("%s\n", msg.dump(2).c_str());
 }

@@ -311,8 +311,7 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
   static const char* const kChatEncoderFields[] = {"messages", "tools", "tool_choice", "response_format",
                                                     "reasoning_effort", "chat_template_kwargs"};
   const std::map<std::string, Handler> chat_only = {
-      // Accepted; the model may still call several tools in one turn when it is false (README.md, "Serving").
-      {"parallel_tool_calls", [&](const ojson& v, const std::string& k) { need_bool(v, k); }},
+      {"parallel_tool_calls", [&](const ojson& v, const std::string& k) { r.parallel_tool_calls = need_bool(v, k); }},
       {"max_completion_tokens", [&](const ojson& v, const std::string& k) { max_completion_tokens = need_integer(v, k); }},
       {"logprobs",
        [&](const ojson& v, const std::string& k) {

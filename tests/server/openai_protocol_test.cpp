@@ -225,7 +225,8 @@ TEST(OpenaiProtocol, LogitBiasAndTheFieldsClientsSend) {
     json body = e == Endpoint::kChatCompletions ? chat(extra) : completion(extra);
     EXPECT_NO_THROW(parse(e, body)) << body.dump();
   }
-  EXPECT_NO_THROW(parse(Endpoint::kChatCompletions, chat({{"parallel_tool_calls", false}})));
+  EXPECT_TRUE(parse(Endpoint::kChatCompletions, chat()).parallel_tool_calls);
+  EXPECT_FALSE(parse(Endpoint::kChatCompletions, chat({{"parallel_tool_calls", false}})).parallel_tool_calls);
   json many = json::object();
   for (int i = 0; i < 17; ++i) many["k" + std::to_string(i)] = "v";
   EXPECT_EQ(reject(Endpoint::kChatCompletions, chat({{"metadata", many}}).dump()).param, "metadata");
