@@ -217,6 +217,20 @@ TEST_F(ServerEndToEnd, Completions) {
   EXPECT_EQ(batch["usage"]["completion_tokens"], 24);
 }
 
+// logit_bias through the whole server: +100 on one token makes it every pick, greedy or sampled; the clients' other
+// fields are accepted.
+TEST_F(ServerEndToEnd, LogitBiasForcesAToken) {
+  const int32_t forced = tokenizer_->encode(" fox", false, false).at(0);
+  const std::string want = tokenizer_->decode({forced, forced, forced, forced}, true);
+  for (const double temperature : {0.0, 1.0}) {
+    const json r = post("/v1/completions", {{"prompt", "The quick brown"}, {"max_tokens", 4}, {"temperature", temperature},
+                                            {"ignore_eos", true}, {"logit_bias", {{std::to_string(forced), 100}}},
+                                            {"user", "u-7"}, {"metadata", {{"run", "x"}}}, {"store", false}});
+    EXPECT_EQ(r["choices"][0]["text"], want) << temperature;
+  }
+  EXPECT_TRUE(engine_idle());
+}
+
 TEST_F(ServerEndToEnd, NChoicesAndSeeds) {
   const json body = chat_body({{"n", 2}, {"temperature", 1.0}, {"top_k", 50}, {"seed", 42}});
   const json a = post("/v1/chat/completions", body);
