@@ -51,4 +51,10 @@ std::string model_dir_or_default(const Args& args) {
        "docs/demo_model.md describes.");
 }
 
+std::string default_served_model_name(const std::string& dir) {
+  std::string name = fs::path(dir).lexically_normal().filename().string();
+  if (name.empty() || name == ".") name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
+  return name;
+}
+
 }  // namespace strata::cli

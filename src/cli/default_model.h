@@ -20,4 +20,8 @@ const std::string& checked_model_dir(const std::string& dir);
 // the places looked at and how to get the model.
 std::string model_dir_or_default(const Args& args);
 
+// The name a request's "model" must match when --served-model-name is not given, as `strata serve` and the
+// offline batches default it: the model folder's name (of its absolute path when DIR is "." or ends in "/.").
+std::string default_served_model_name(const std::string& dir);
+
 }  // namespace strata::cli

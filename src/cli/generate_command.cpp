@@ -4,13 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <cstdio>
 #include <string>
@@ -21,22 +18,16 @@
 #include "cli/engine_options.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "cli/generate_prompt.h"
 #ifdef STRATA_WITH_SERVER
 #include "cli/offline_batch.h"
 #include "cli/offline_progress.h"
-#include "server/openai_protocol.h"
-#include "server/request_prompts.h"
-#include "server/stop_matcher.h"
 #endif
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/config.h"
 #include "model/deepseek_v4/model.h"
 #include "model/safetensors.h"
-#include "text/chat_encoding.h"
-#include "text/chat_request.h"
-#include "text/detokenizer.h"
-#include "text/output_parser.h"
 #include "text/tokenizer.h"
 
 namespace strata::cli {
@@ -134,172 +125,6 @@ example (from the repository root; scripts/setup.sh fetches .deps/tokenizer-deep
   strata generate --model /tmp/tinytok --input /tmp/requests.jsonl --output /tmp/results.jsonl
 )";
 
-// How the prompt was given, and so how the output is shown.
-enum class PromptMode { Ids, Text, Chat };
-
-struct Prompt {
-  PromptMode mode = PromptMode::Ids;
-  std::string option = "prompt-ids";  // the option it came from, for error messages
-  std::vector<int32_t> ids;
-  std::optional<text::Tokenizer> tokenizer;
-  text::ChatRequestOptions chat;
-  // A --chat request's own token selection (temperature, stop, seed, ...) and max_tokens (its own, or the rest of
-  // the context as the server defaults it); the command-line options override them.
-  std::optional<engine::SamplingParams> chat_sampling;
-  std::optional<int64_t> max_tokens;
-  bool include_stop = false;  // the request's include_stop_str_in_output
-  bool parallel_tool_calls = true;  // false: only the reply's first tool call is shown, as the server returns it
-};
-
-// The request body of --chat FILE ("-": stdin).
-std::string read_chat_body(const std::string& path) {
-  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  std::ifstream in(path);
-  if (!in) fail("option --chat: cannot read '", path, "'");
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-#ifdef STRATA_WITH_SERVER
-// The name a request's "model" must match, as offline batches and `strata serve` default it: the folder's name.
-std::string served_model_name(const std::string& dir) {
-  std::string name = std::filesystem::path(dir).lexically_normal().filename().string();
-  if (name.empty() || name == ".")
-    name = std::filesystem::absolute(dir).lexically_normal().parent_path().filename().string();
-  return name;
-}
-
-// A --chat request through the server's own parser and prompt rules (server/openai_protocol.h,
-// server/request_prompts.h), so a file is refused exactly where `strata serve` and `--input` refuse its body. What
-// one printed reply cannot show (several choices, a stream, logprobs) is refused by name.
-void read_chat(Prompt& p, const std::string& file, const std::string& dir, const model::ModelConfig& mc,
-               int64_t context) {
-  const std::string where = file == "-" ? "--chat (stdin)" : "--chat " + file;
-  try {
-    server::ProtocolLimits limits;
-    limits.vocab_size = mc.vocab_size;
-    const server::CompletionRequest r =
-        server::parse_completion_request(server::Endpoint::kChatCompletions, read_chat_body(file), limits);
-    if (r.sampling.n != 1)
-      fail(where, ": n: strata generate prints one reply, found n = ", r.sampling.n,
-           " (strata generate --input runs requests with n > 1)");
-    if (r.stream) fail(where, ": stream: strata generate prints the whole reply at the end; leave stream out or false");
-    if (r.logprobs)
-      fail(where, ": logprobs: strata generate prints no logprobs (strata generate --input and strata serve do)");
-    const server::TokenizedPrompts t =
-        server::tokenize_prompts(r, *p.tokenizer, {context, mc.vocab_size, served_model_name(dir), true});
-    p.ids = t.prompts.at(0);
-    p.max_tokens = t.max_tokens.at(0);
-    p.chat = r.chat_options;
-    p.chat_sampling = r.sampling;
-    p.include_stop = r.include_stop_str_in_output;
-    p.parallel_tool_calls = r.parallel_tool_calls;
-  } catch (const server::RequestError& e) {
-    fail(where, ": ", e.what());
-  }
-}
-#else
-// Without the server's OpenAI layer only what the chat encoder reads is checked, and max_tokens.
-void read_chat(Prompt& p, const std::string& file, const std::string&, const model::ModelConfig&, int64_t context) {
-  const nlohmann::ordered_json request = text::parse_chat_request_body(read_chat_body(file));
-  p.chat = text::chat_request_options(request);
-  p.ids = text::prompt_ids(*p.tokenizer, text::encode_chat_v4(request));
-  p.max_tokens = context - static_cast<int64_t>(p.ids.size());
-  for (const char* key : {"max_tokens", "max_completion_tokens"})
-    if (request.contains(key)) {
-      if (!request[key].is_number_integer() || request[key].get<int64_t>() < 0)
-        fail(file, ": \"", key, "\" must be a non-negative integer, found ", request[key].dump());
-      p.max_tokens = request[key].get<int64_t>();
-    }
-}
-#endif
-
-Prompt read_prompt(const Args& args, const std::string& dir, const model::ModelConfig& mc, int64_t context) {
-  Prompt p;
-  if (args.has("prompt-ids")) {
-    p.ids = parse_id_list(args.str("prompt-ids"), "prompt-ids");
-    return p;
-  }
-  p.tokenizer = text::Tokenizer::load(dir);
-  if (args.has("prompt")) {
-    p.mode = PromptMode::Text;
-    p.option = "prompt";
-    p.ids = p.tokenizer->encode(args.str("prompt"), args.has("parse-special"), true);
-    return p;
-  }
-  p.mode = PromptMode::Chat;
-  p.option = "chat";
-  read_chat(p, args.str("chat"), dir, mc, context);
-  return p;
-}
-
-// The generated text of the text modes, cut at a stop string as the server cuts it.
-class ReplyText {
- public:
-  explicit ReplyText(const Prompt& p) : detok_(*p.tokenizer), stops_(p.chat_sampling ? p.chat_sampling->stop : std::vector<std::string>{}) {
-#ifdef STRATA_WITH_SERVER
-    if (!stops_.empty()) matcher_.emplace(stops_, p.include_stop);
-#else
-    if (!stops_.empty()) fail("option --chat: stop strings need the server's OpenAI layer, which this build lacks");
-#endif
-  }
-  // Takes the next token; false once a stop string has ended the text.
-  bool push(int32_t id) {
-    const std::string piece = detok_.push(id);
-#ifdef STRATA_WITH_SERVER
-    if (matcher_) {
-      text_ += matcher_->push(piece);
-      return !matcher_->stopped();
-    }
-#endif
-    text_ += piece;
-    return true;
-  }
-  std::string finish() {
-    const std::string rest = detok_.flush();
-#ifdef STRATA_WITH_SERVER
-    if (matcher_) {
-      if (!matcher_->stopped()) text_ += matcher_->push(rest);
-      if (!matcher_->stopped()) text_ += matcher_->flush();
-      return text_;
-    }
-#endif
-    return text_ + rest;
-  }
-
- private:
-  text::IncrementalDetokenizer detok_;
-  std::vector<std::string> stops_;
-#ifdef STRATA_WITH_SERVER
-  std::optional<server::StopMatcher> matcher_;
-#endif
-  std::string text_;
-};
-
-// Shows the generated tokens as the prompt mode asks: ids, text, or the parsed chat message.
-void print_output(const Prompt& p, const std::vector<int32_t>& generated, const std::string& text) {
-  if (p.mode == PromptMode::Ids) {
-    for (size_t i = 0; i < generated.size(); ++i) std::printf("%s%d", i ? "," : "", generated[i]);
-    std::printf("\n");
-    return;
-  }
-  if (p.mode == PromptMode::Text) {
-    std::printf("%s\n", text.c_str());
-    return;
-  }
-  text::OutputParser parser({.thinking = p.chat.thinking, .tools_enabled = !p.chat.tool_names.empty()});
-  text::OutputDelta a = parser.push(text), b = parser.finish();
-  nlohmann::ordered_json msg = {{"reasoning_content", a.reasoning_content + b.reasoning_content},
-                                {"content", a.content + b.content},
-                                {"tool_calls", nlohmann::ordered_json::array()}};
-  for (const text::ParsedToolCall& call : parser.tool_calls()) {
-    if (!p.parallel_tool_calls && !msg["tool_calls"].empty()) break;
-    msg["tool_calls"].push_back({{"id", call.id}, {"type", "function"},
-                                 {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
-  }
-  for (const std::string& w : parser.warnings()) std::fprintf(stderr, "warning: %s\n", w.c_str());
-  std::printf("%s\n", msg.dump(2).c_str());
-}
-
 #ifdef STRATA_WITH_SERVER
 
 std::vector<std::string> read_lines(const std::string& path) {
@@ -345,7 +170,7 @@ int offline_generate(const std::vector<std::string>& argv) {
   const engine::EngineConfig& ec = settings.engine;
   settings.limits.max_model_len = ec.max_model_len;
   settings.limits.protocol.max_n = max_n;
-  settings.limits.served_model_name = args.str("served-model-name", served_model_name(dir));
+  settings.limits.served_model_name = args.str("served-model-name", default_served_model_name(dir));
 
   std::ofstream file;
   if (output != "-") {

@@ -105,9 +105,7 @@ int serve_command(const std::vector<std::string>& argv) {
   sc.host = args.str("host", "127.0.0.1");
   sc.port = static_cast<uint16_t>(port);
   sc.api_key = args.str("api-key");
-  sc.served_model_name = args.str("served-model-name", std::filesystem::path(dir).lexically_normal().filename().string());
-  if (sc.served_model_name.empty() || sc.served_model_name == ".")
-    sc.served_model_name = std::filesystem::absolute(dir).lexically_normal().parent_path().filename().string();
+  sc.served_model_name = args.str("served-model-name", default_served_model_name(dir));
   sc.max_body_bytes = static_cast<size_t>(max_body);
   sc.limits.max_n = max_n;
   sc.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(idle_s * 1000));
