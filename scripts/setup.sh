@@ -8,7 +8,7 @@ build=${1:-build}
 
 # python3: scripts/check_claims.sh and the bench / demo-model scripts (stdlib only).
 packages=(g++ cmake ninja-build ccache pkg-config nlohmann-json3-dev libgtest-dev libpcre2-dev libxxhash-dev libboost-dev
-          curl python3)
+          curl python3 gnuplot-nox)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -100,6 +100,30 @@ TEST(BenchCommand, FloorsFromGivenCeilings) {
   EXPECT_NE(bad.out.find("--ceilings"), std::string::npos) << bad.out;
 }
 
+// --out FILE.json also draws FILE_pareto.png and FILE_floor.png with gnuplot (scripts/setup.sh installs it).
+TEST(BenchCommand, DrawsItsPlotsBesideTheJson) {
+  const std::string dir = test::temp_dir("bench_plots");
+  const BenchRun r = bench("--preset tiny --layers 1 --prompt-len 8 --decode-tokens 1 --repeats 1 --prefill 16,32 "
+                           "--batch 1,2,4 --context 16,24 --ceilings 4000,700 --out '" + dir + "/run.json'",
+                           "plots", true);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  if (r.out.find("gnuplot is not installed") != std::string::npos) GTEST_SKIP() << "no gnuplot (scripts/setup.sh)";
+  for (const char* name : {"run_pareto.png", "run_floor.png"}) {
+    std::ifstream png(dir + "/" + name, std::ios::binary);
+    char magic[8] = {};
+    png.read(magic, 8);
+    EXPECT_EQ(std::string(magic + 1, 3), "PNG") << name << "\n" << r.out;
+    EXPECT_NE(r.out.find(std::string("plot: ") + dir + "/" + name), std::string::npos) << r.out;
+  }
+  // Without --batch and floors there is nothing to draw; --plots off draws nothing either.
+  const BenchRun plain = bench("--preset tiny --layers 1 --prompt-len 8 --decode-tokens 1 --repeats 1 --out '" + dir +
+                               "/plain.json' --plots off", "plots_off", true);
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  EXPECT_EQ(plain.out.find("plot"), std::string::npos) << plain.out;
+  const BenchRun bad = bench("--preset tiny --plots maybe --out '" + dir + "/x.json'", "plots_bad", true);
+  EXPECT_NE(bad.out.find("option --plots: expected on or off, found 'maybe'"), std::string::npos) << bad.out;
+}
+
 TEST(BenchCommand, ModelOrPresetExactlyOnce) {
   const BenchRun neither = bench("--prompt-len 4", "neither", true);
   EXPECT_NE(neither.exit_code, 0);

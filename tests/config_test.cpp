@@ -279,13 +279,43 @@ TEST(Config, LoadConfigNamesPath) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
   }
-  { std::ofstream(path) << minimal(3).dump(); }
+  { std::ofstream(path) << config_to_json(parse_config(minimal(3))).dump(); }
   EXPECT_EQ(load_config(path).num_hidden_layers, 3);
   std::remove(path.c_str());
   EXPECT_THROW(load_config(path), Error);
 }
 
 // ---- one test per error class; each asserts the message names the field ----
+
+// A checkpoint's config.json must give the sizes of its tensors; a missing one is named, not defaulted.
+TEST(Config, LoadConfigRequiresTheWeightSizes) {
+  const std::string path = ::testing::TempDir() + "strata_config_sizes_test.json";
+  json j = config_to_json(parse_config(minimal(3)));
+  j.erase("hidden_size");
+  { std::ofstream(path) << j.dump(); }
+  try {
+    load_config(path);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("field 'hidden_size': missing"), std::string::npos) << e.what();
+  }
+  j["hidden_size"] = nullptr;
+  { std::ofstream(path) << j.dump(); }
+  EXPECT_THROW(load_config(path), Error);
+  std::remove(path.c_str());
+  EXPECT_NO_THROW(parse_config(minimal(3)));  // parse_config keeps transformers' defaults
+}
+
+TEST(Config, ErrorEosOutsideTheVocabulary) {
+  json j = minimal();
+  j["vocab_size"] = 1000;
+  j["eos_token_id"] = 1000;
+  expect_error(j, {"'eos_token_id'", "1000", "outside the vocabulary [0, 1000)"});
+  j["eos_token_id"] = {1, -1};
+  expect_error(j, {"'eos_token_id'", "-1"});
+  j["eos_token_id"] = 999;
+  EXPECT_NO_THROW(parse_config(j));
+}
 
 TEST(Config, ErrorWrongModelType) {
   expect_error({{"model_type", "deepseek_v3"}}, {"model_type", "deepseek_v3"});

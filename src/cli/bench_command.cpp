@@ -19,7 +19,9 @@
 #include "bench/step_floor.h"
 #include "cli/args.h"
 #include "cli/backend_flags.h"
+#include "cli/bench_plots.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "cli/git_commit.h"
 #include "core/error.h"
 #include "model/deepseek_v4/model.h"
@@ -27,6 +29,8 @@
 #include "model/deepseek_v4/random_init.h"
 #include "model/deepseek_v4/state_pool.h"
 #ifdef STRATA_WITH_CUDA
+#include <cuda_runtime_api.h>
+
 #include "backend/cuda/roofline.h"
 #endif
 
@@ -67,7 +71,10 @@ options:
                        measuring them (cuda) — on any backend, e.g. to compare a CPU run with its datasheet
   --commit SHA         git commit to record (default: $STRATA_COMMIT, else git rev-parse HEAD with "-dirty"
                        when tracked files differ, else "unknown")
-  --out FILE           write the JSON here (default: print it)
+  --out FILE           write the JSON here (default: print it), and the plots beside it: FILE_pareto.png (with
+                       --batch: tokens/s per device against tokens/s per user, a curve per context) and
+                       FILE_floor.png (on cuda or with --ceilings: measured time over the floor), drawn by gnuplot
+  --plots on|off       draw those PNGs when --out is given (default on; without gnuplot a warning says so)
 
 JSON: device {backend, cpu, threads, gpu; on cuda also copy_bandwidth_gbs (device-to-device copy, bytes read +
 written per second), bf16_gemm_tflops (cuBLASLt 8192³), weight_bytes_per_param {layer_matrices,
@@ -86,9 +93,10 @@ fields}]}]. Floor fields (cuda, or with --ceilings; per step for decode, per who
   floor_bound          "memory" or "compute": which term set the floor
   measured_over_floor  measured time / floor_seconds (1 = at the hardware floor)
 
-examples:
+examples (from the repository root):
   strata bench --preset small --layers 2 --prompt-len 256 --decode-tokens 16
-  strata bench --model /tmp/small --prompt-len 512 --decode-tokens 32 --commit $(git rev-parse HEAD) --out bench/results/cpu_small.json
+  strata model init --preset small --layers 2 --out /tmp/small
+  strata bench --model /tmp/small --prompt-len 512 --decode-tokens 32 --commit $(git rev-parse HEAD) --out /tmp/cpu_small.json
   strata bench --preset flash --layers 10 --dtype fp8 --device cuda --prefill 1024,4096,16384 \
                --batch 1,8,32,64 --context 4096,32768 --decode-tokens 16 --commit $(git rev-parse HEAD)
 )";
@@ -152,6 +160,11 @@ std::optional<Ceilings> ceilings_for(const Args& args, model::v4::Device device)
   }
   if (device != model::v4::Device::Cuda) return std::nullopt;
 #ifdef STRATA_WITH_CUDA
+  // The measurement is the first CUDA call: without a GPU it would fail with a raw CUDA error and a source path. Say
+  // it as generate and serve do (make_cuda_runner in backend/cuda/cuda_runner.cpp).
+  int devices = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0)
+    fail("--device cuda: no usable CUDA device (", e != cudaSuccess ? cudaGetErrorString(e) : "none found", ")");
   Ceilings c{cuda::measure_copy_bandwidth_gbs(), cuda::measure_bf16_gemm_tflops()};
   std::fprintf(stderr, "device ceilings: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", c.bandwidth_gbs, c.peak_tflops);
   return c;
@@ -326,7 +339,7 @@ LoadedModel load(const Args& args, const BackendFlags& backend) {
     for (const char* option : {"layers", "dtype", "seed"})
       if (args.has(option))
         fail("bench: --", option, " shapes random weights and needs --preset; found it with --model");
-    const std::string dir = args.str("model");
+    const std::string dir = checked_model_dir(args.str("model"));
     const auto t0 = clock::now();
     model::v4::Model m = model::v4::load_model(dir, backend.device, backend.precision, backend.cuda);
     return {std::move(m),
@@ -365,7 +378,7 @@ LoadedModel load(const Args& args, const BackendFlags& backend) {
 int bench_command(const std::vector<std::string>& argv) {
   const Args args(argv,
                   {"model", "preset", "layers", "dtype", "seed", "device", "prompt-len", "decode-tokens", "repeats",
-                   "commit", "out", "prefill", "batch", "context", "chunk", "ceilings", "precision", "cuda-graphs"},
+                   "commit", "out", "plots", "prefill", "batch", "context", "chunk", "ceilings", "precision", "cuda-graphs"},
                   {"help", "cuda-op-times"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
@@ -386,6 +399,10 @@ int bench_command(const std::vector<std::string>& argv) {
   }
   if (args.has("chunk") && args.integer("chunk", 1) < 1)
     fail("option --chunk: expected ≥ 1, found ", args.integer("chunk", 1));
+  const std::string plots_option = args.str("plots", "on");
+  if (plots_option != "on" && plots_option != "off") fail("option --plots: expected on or off, found '", plots_option, "'");
+  if (args.has("plots") && !args.has("out")) fail("option --plots: the plots go beside the JSON of --out, which is missing");
+  const bool plots = plots_option == "on";
   // FP8 random weights stay FP8 on the GPU unless asked otherwise: that is what --dtype fp8 benchmarks.
   const bool fp8_on_gpu = args.str("dtype", "bf16") == "fp8" && args.str("device", "cpu") == "cuda";
   const BackendFlags backend = read_backend_flags(args, fp8_on_gpu ? "fp8" : "bf16");
@@ -471,9 +488,17 @@ int bench_command(const std::vector<std::string>& argv) {
   if (device == model::v4::Device::Cuda) j["cuda_graph_replays"] = m.steps_replayed();
   const std::string text = j.dump(2) + "\n";
   if (args.has("out")) {
-    std::ofstream out(args.str("out"));
-    if (!out) fail("option --out: cannot write '", args.str("out"), "'");
-    out << text;
+    {
+      std::ofstream out(args.str("out"));
+      out << text;
+      if (!out) fail("option --out: cannot write '", args.str("out"), "'");
+    }
+    if (plots) try {
+        for (const std::string& png : draw_bench_plots(j, args.str("out"))) std::fprintf(stderr, "plot: %s\n", png.c_str());
+      } catch (const Error& e) {
+        // The run is done and its JSON written: a missing or failing gnuplot costs only the pictures.
+        std::fprintf(stderr, "strata bench: warning: no plots: %s\n", e.what());
+      }
   }
   std::fputs(text.c_str(), stdout);
   return 0;

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "bench/serve_report.h"
 #include "bench/serve_workload.h"
 #include "cli/args.h"
+#include "cli/bench_plots.h"
 #include "cli/commands.h"
 #include "cli/git_commit.h"
 #include "core/error.h"
@@ -53,17 +55,41 @@ options:
   --label TEXT           recorded in the JSON config (e.g. which model the server runs)
   --commit SHA           git commit recorded in the JSON (default: $STRATA_COMMIT, else git rev-parse HEAD
                          with "-dirty" when tracked files differ, else "unknown")
-  --out FILE.json        write device, date, commit, config and results as JSON
+  --out FILE.json        write device, date, commit, config and results as JSON, and FILE_latency.png beside it:
+                         the CDFs of TTFT, TPOT, ITL and E2E, drawn by gnuplot
+  --plots on|off         draw that PNG (default on; without gnuplot a warning says so)
 
 Reported: request, output-token and total-token throughput; TTFT (send → first token chunk), TPOT ((E2E − TTFT)
 / (tokens − 1)), ITL (gaps between token chunks) and E2E latency, each mean / median / p90 / p99 in ms.
 Exit code 1 when any request failed (the errors are listed).
 
-example:
-  strata serve --model /tmp/tinytok --port 8000 --max-num-seqs 256 &
-  strata bench serve --url http://127.0.0.1:8000 --concurrency 64 --num-prompts 512 --input-len 32 \
-    --output-len 128 --slo-ttft-ms 500 --slo-tpot-ms 50 --out serve.json
+example (from the repository root):
+  strata serve --port 8000 --max-num-seqs 64 &   # the demo model (models/demo/)
+  strata bench serve --url http://127.0.0.1:8000 --concurrency 16 --num-prompts 64 --input-len 32 \
+    --output-len 32 --slo-ttft-ms 500 --slo-tpot-ms 50 --out /tmp/serve.json
 )";
+
+// FILE_latency.png beside --out FILE.json: the CDFs of the completed requests' latencies. The run is over and its
+// JSON written, so a missing or failing gnuplot is a warning.
+void draw_latency_plot(const bench::LoadResult& result, const nlohmann::ordered_json& run, const std::string& json_path) {
+  std::map<std::string, std::vector<double>> ms;
+  for (const bench::RequestRecord& q : result.requests) {
+    if (!q.ok) continue;
+    ms["TTFT"].push_back(q.ttft_s * 1e3);
+    ms["E2E"].push_back(q.e2e_s * 1e3);
+    if (q.output_tokens > 1) ms["TPOT"].push_back((q.e2e_s - q.ttft_s) * 1e3 / static_cast<double>(q.output_tokens - 1));
+    for (const double gap : q.itl_s) ms["ITL"].push_back(gap * 1e3);
+  }
+  const nlohmann::ordered_json& c = run["config"];
+  const std::string title = c["endpoint"].get<std::string>() + ", concurrency " + c["concurrency"].dump() + ", " +
+                            c["num_prompts"].dump() + " requests (" + run["date"].get<std::string>().substr(0, 10) + ")";
+  try {
+    for (const std::string& png : run_gnuplot(latency_cdf_script(ms, title, json_path), json_path))
+      std::fprintf(stderr, "plot: %s\n", png.c_str());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "strata bench serve: warning: no plots: %s\n", e.what());
+  }
+}
 
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
@@ -91,7 +117,7 @@ int bench_serve_command(const std::vector<std::string>& argv) {
   const Args args(argv,
                   {"url", "model", "api-key", "concurrency", "rate", "num-prompts", "dataset", "input-len", "output-len",
                    "prefix-len", "num-prefixes", "range-ratio", "token-ids", "temperature", "slo-ttft-ms", "slo-tpot-ms",
-                   "slo-e2e-ms", "warmup", "timeout", "seed", "label", "commit", "out"},
+                   "slo-e2e-ms", "warmup", "timeout", "seed", "label", "commit", "out", "plots"},
                   {"help", "chat", "no-ignore-eos"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
@@ -139,6 +165,9 @@ int bench_serve_command(const std::vector<std::string>& argv) {
   load.seed = w.seed;
   load.model = args.has("model") ? args.str("model") : bench::first_served_model(load.url, load.api_key);
   bench::Slo objectives{slo(args, "slo-ttft-ms"), slo(args, "slo-tpot-ms"), slo(args, "slo-e2e-ms")};
+  const std::string plots = args.str("plots", "on");
+  if (plots != "on" && plots != "off") fail("option --plots: expected on or off, found '", plots, "'");
+  if (args.has("plots") && !args.has("out")) fail("option --plots: the plot goes beside the JSON of --out, which is missing");
   const int64_t warmup = at_least(args, "warmup", 0, 0);
 
   if (warmup > 0) {
@@ -192,6 +221,8 @@ int bench_serve_command(const std::vector<std::string>& argv) {
     if (!out) fail("option --out: cannot write '", args.str("out"), "'");
     out << j.dump(2) << "\n";
     if (!out) fail("option --out: error while writing '", args.str("out"), "'");
+    out.close();
+    if (plots == "on") draw_latency_plot(result, j, args.str("out"));
   }
   return report.failed > 0 ? 1 : 0;
 }

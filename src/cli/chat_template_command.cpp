@@ -34,10 +34,10 @@ options:
 
 Without --ids or --pieces, prints the prompt exactly (UTF-8, no newline added).
 
-examples:
-  echo '{"messages": [{"role": "user", "content": "Hi"}], "chat_template_kwargs": {"thinking": true}}' > req.json
-  strata chat-template --request req.json
-  strata chat-template --model DIR --request req.json --ids
+examples (from the repository root):
+  echo '{"messages": [{"role": "user", "content": "Hi"}], "chat_template_kwargs": {"thinking": true}}' > /tmp/req.json
+  strata chat-template --request /tmp/req.json
+  strata chat-template --model models/demo --request /tmp/req.json --ids
 )";
 
 std::string read_request(const std::string& path) {

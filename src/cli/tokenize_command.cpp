@@ -12,6 +12,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "core/error.h"
 #include "text/tokenizer.h"
 
@@ -35,10 +36,11 @@ options:
 
 Prints the ids as a JSON array, e.g. [19923, 2058].
 
-examples:
+examples (from the repository root; scripts/setup.sh fetches .deps/tokenizer-deepseek_v3):
   strata tokenize --model .deps/tokenizer-deepseek_v3 --text 'Hello world'
-  strata tokenize --model DIR --parse-special --jsonl prompts.jsonl
-  strata tokenize --model DIR --jsonl corpus.jsonl --bench --repeats 5
+  printf '%s\n' '"<｜begin▁of▁sentence｜>Hello"' '"2 + 2 = 4"' > /tmp/prompts.jsonl
+  strata tokenize --model models/demo --parse-special --jsonl /tmp/prompts.jsonl
+  strata tokenize --model models/demo --jsonl /tmp/prompts.jsonl --bench --repeats 5
 )";
 
 std::string read_file(const std::string& path, const std::string& option) {
@@ -93,7 +95,7 @@ int tokenize_command(const std::vector<std::string>& argv) {
   }
   const int sources = static_cast<int>(args.has("text")) + args.has("text-file") + args.has("jsonl");
   if (sources != 1) fail("give exactly one of --text, --text-file or --jsonl (found ", sources, "; see --help)");
-  const std::string dir = args.required("model");
+  const std::string dir = checked_model_dir(args.required("model"));
   const bool parse_special = args.has("parse-special"), add_bos = args.has("add-bos");
   const int64_t repeats = args.integer("repeats", 5);
   if (repeats < 1) fail("option --repeats: expected a positive integer, found ", repeats);

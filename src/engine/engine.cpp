@@ -99,7 +99,7 @@ std::vector<TokenEvent> Engine::step() {
     if (!span.samples) continue;
     // The draw is a function of (seed, output position) alone, so a preempted and resumed sequence, or one batched
     // differently, picks the same token.
-    span.sampling = SpanSampling{s.params.uses_history() ? penalties_of(s.params, s.history) : model::RowPenalties{},
+    span.sampling = SpanSampling{s.params.processes_logits() ? penalties_of(s.params, s.history) : model::RowPenalties{},
                                  pick_of(s.params, s.seed, static_cast<uint64_t>(s.output.size())), s.params.logprobs};
   }
   const auto model_start = std::chrono::steady_clock::now();

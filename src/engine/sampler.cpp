@@ -55,6 +55,7 @@ void fill_logprobs(std::span<const float> logits, int64_t top_n, SampledToken& o
 model::RowPenalties penalties_of(const SamplingParams& p, const TokenHistory& history) {
   if (p.uses_history() && !history.tracked()) fail("sampler: penalties asked of an untracked token history");
   model::RowPenalties out;
+  out.bias = p.logit_bias;
   if (p.repetition_penalty != 1.0) {
     out.repetition = static_cast<float>(p.repetition_penalty);
     out.seen.assign(history.seen().begin(), history.seen().end());

@@ -1,5 +1,6 @@
 #include "engine/sampling_params.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -23,6 +24,17 @@ void SamplingParams::validate(int64_t vocab_size) const {
   if (logprobs && (*logprobs < 0 || *logprobs > 20)) fail("logprobs: expected a count in [0, 20], found ", *logprobs);
   for (int32_t id : stop_token_ids)
     if (id < 0 || id >= vocab_size) fail("stop_token_ids: token id ", id, " is outside the vocabulary [0, ", vocab_size, ")");
+  for (const auto& [id, amount] : logit_bias) {
+    if (id < 0 || id >= vocab_size) fail("logit_bias: token id ", id, " is outside the vocabulary [0, ", vocab_size, ")");
+    if (!std::isfinite(amount) || amount < -100 || amount > 100)
+      fail("logit_bias: the bias of token ", id, " must be a number in [-100, 100], found ", amount);
+  }
+  // One entry per id: the device adds every entry of a row in parallel, and two on one logit would race.
+  std::vector<int32_t> ids;
+  for (const auto& entry : logit_bias) ids.push_back(entry.first);
+  std::sort(ids.begin(), ids.end());
+  if (const auto twin = std::adjacent_find(ids.begin(), ids.end()); twin != ids.end())
+    fail("logit_bias: token id ", *twin, " is given twice");
   for (const std::string& s : stop)
     if (s.empty()) fail("stop: stop strings must not be empty");
 }

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace strata::engine {
@@ -19,6 +20,9 @@ struct SamplingParams {
   int64_t max_tokens = 16;
   std::vector<std::string> stop;   // stop strings (not emitted)
   std::vector<int32_t> stop_token_ids;
+  // OpenAI's logit_bias: amount in [-100, 100] added to the raw logit of a token id (distinct ids) before penalties,
+  // temperature and filtering; -100 in effect bans a token, 100 all but forces it.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   bool ignore_eos = false;
   std::optional<int64_t> logprobs;  // return the sampled token's logprob and this many top alternatives
   int64_t n = 1;                    // completions per request
@@ -33,6 +37,8 @@ struct SamplingParams {
   bool uses_history() const {
     return repetition_penalty != 1.0 || presence_penalty != 0.0 || frequency_penalty != 0.0;
   }
+  // Whether the logits are processed before the pick (model::RowPenalties non-empty, given the history).
+  bool processes_logits() const { return uses_history() || !logit_bias.empty(); }
 };
 
 }  // namespace strata::engine

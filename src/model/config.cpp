@@ -38,7 +38,17 @@ void read_model_type(const config_json::ConfigReader& r, const json& j, ModelCon
   c.variant = *variant;
 }
 
-ModelConfig parse(const json& j, const std::string& source) {
+// The sizes a checkpoint's tensors have. transformers fills them from V4-Flash's shape when absent, but a checkpoint
+// whose file leaves one out would then fail far from the cause (a tensor shape mismatch), or not at all.
+void require_weight_sizes(const config_json::ConfigReader& r, const json& j) {
+  for (const char* key : {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "head_dim",
+                          "q_lora_rank", "o_lora_rank", "moe_intermediate_size", "n_routed_experts"})
+    if (!config_json::find_nonnull(j, key))
+      r.bad(key, "missing; a checkpoint's config.json must give it (it sizes the weights)");
+}
+
+// `from_file`: a checkpoint's config.json, which must give the weight sizes (require_weight_sizes).
+ModelConfig parse(const json& j, const std::string& source, bool from_file) {
   using namespace config_json;
   const ConfigReader r{source};
   if (!j.is_object()) fail(source, ": expected a JSON object at the top level, found ", describe(j));
@@ -46,6 +56,7 @@ ModelConfig parse(const json& j, const std::string& source) {
   ModelConfig c;
   read_model_type(r, j, c);
   check_known_keys(r, j);
+  if (from_file) require_weight_sizes(r, j);
   read_dimensions(r, j, c);
   read_moe(r, j, c);
   read_weight_formats(r, j, c);
@@ -58,7 +69,7 @@ ModelConfig parse(const json& j, const std::string& source) {
 
 }  // namespace
 
-ModelConfig parse_config(const json& j) { return parse(j, "config.json"); }
+ModelConfig parse_config(const json& j) { return parse(j, "config.json", false); }
 
 ModelConfig load_config(const std::string& path) {
   std::string file = path;
@@ -72,7 +83,7 @@ ModelConfig load_config(const std::string& path) {
   } catch (const json::parse_error& e) {
     fail(file, ": invalid JSON: ", e.what());
   }
-  return parse(j, file);
+  return parse(j, file, true);
 }
 
 json config_to_json(const ModelConfig& c) {

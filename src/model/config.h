@@ -106,7 +106,9 @@ struct ModelConfig {
 };
 
 ModelConfig parse_config(const nlohmann::json& j);  // throws strata::Error naming the field on bad input
-ModelConfig load_config(const std::string& path);   // a config.json file or a directory holding one
+// A config.json file or a directory holding one. Unlike parse_config, the weight sizes (vocab_size, hidden_size,
+// num_hidden_layers, ...) must be given: a checkpoint's file that leaves one out is an error naming it.
+ModelConfig load_config(const std::string& path);
 // Canonical config.json: the config's model_type, nested rope_parameters, explicit layer_types / mlp_layer_types /
 // compress_rates. parse_config(config_to_json(c)) == c for any parsed c.
 nlohmann::json config_to_json(const ModelConfig& c);

@@ -68,6 +68,10 @@ void check_consistency(const ConfigReader& r, const json& j, const ModelConfig& 
   if (!(c.swiglu_limit >= 0)) r.bad("swiglu_limit", "must be >= 0, found ", c.swiglu_limit);
   if (!(c.rope_theta > 0)) r.bad("rope_theta", "must be positive, found ", c.rope_theta);
   if (!(c.compress_rope_theta > 0)) r.bad("compress_rope_theta", "must be positive, found ", c.compress_rope_theta);
+  // An end-of-sequence id the model can never produce would let every reply run to its length limit.
+  for (const int64_t eos : c.eos_token_ids)
+    if (eos < 0 || eos >= c.vocab_size)
+      r.bad("eos_token_id", "value ", eos, " is outside the vocabulary [0, ", c.vocab_size, ")");
 }
 
 }  // namespace strata::model::config_json

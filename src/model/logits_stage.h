@@ -26,14 +26,16 @@ struct TokenPick {
 };
 
 // Logit processors applied to one row in place before its pick, in this order (OpenAI / vLLM semantics):
-// 1. repetition: each id in `seen` (prompt and output tokens) gets l / repetition if l > 0, else l · repetition;
-// 2. subtract: logits[id] -= amount (presence + frequency · count, computed by the caller in double, then rounded
+// 1. bias: logits[id] += amount (a request's logit_bias, on the raw logits, as vLLM applies it before penalties);
+// 2. repetition: each id in `seen` (prompt and output tokens) gets l / repetition if l > 0, else l · repetition;
+// 3. subtract: logits[id] -= amount (presence + frequency · count, computed by the caller in double, then rounded
 //    to float once, as the host sampler does).
 struct RowPenalties {
+  std::vector<std::pair<int32_t, float>> bias;       // distinct ids
   float repetition = 1.0f;
   std::vector<int32_t> seen;                         // distinct ids
   std::vector<std::pair<int32_t, float>> subtract;   // distinct ids
-  bool empty() const { return (repetition == 1.0f || seen.empty()) && subtract.empty(); }
+  bool empty() const { return bias.empty() && (repetition == 1.0f || seen.empty()) && subtract.empty(); }
 };
 
 // What the step does with one of its logits rows (rows are numbered chunk after chunk, as StepRows::logits_rows).

@@ -72,6 +72,7 @@ CompletionStream::CompletionStream(const CompletionRequest& request, const text:
       stream_(request.stream),
       include_usage_(request.stream && request.include_usage),
       logprobs_(request.logprobs),
+      first_tool_call_only_(!request.parallel_tool_calls),
       n_(request.sampling.n),
       prompt_tokens_(std::move(prompt_tokens)),
       echo_(std::move(echo)) {
@@ -247,6 +248,9 @@ StreamUpdate CompletionStream::on_event(size_t index, const engine::TokenEvent& 
   } else {
     delta.content = released;
   }
+  // parallel_tool_calls false: the calls after the first are dropped (the V4 model may write several in one turn).
+  if (first_tool_call_only_)
+    std::erase_if(delta.tool_calls, [](const text::ToolCallDelta& d) { return d.index > 0; });
   c.text += delta.content;
   c.reasoning += delta.reasoning_content;
   for (const text::ToolCallDelta& d : delta.tool_calls) {

@@ -94,6 +94,7 @@ class CompletionStream {
   std::string id_, model_;
   int64_t created_;
   bool stream_, include_usage_, logprobs_;
+  bool first_tool_call_only_;  // the request's parallel_tool_calls was false
   int64_t n_;
   std::vector<int64_t> prompt_tokens_;
   std::vector<std::string> echo_;

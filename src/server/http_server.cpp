@@ -498,8 +498,23 @@ HttpServer::HttpServer(HttpServerConfig config, Handler handler) : impl_(std::ma
   impl_->cfg = std::move(config);
   impl_->handler = std::move(handler);
   beast::error_code ec;
-  const asio::ip::address address = asio::ip::make_address(impl_->cfg.host, ec);
-  if (ec) fail("--host: '", impl_->cfg.host, "' is not an IP address (", ec.message(), ")");
+  asio::ip::address address = asio::ip::make_address(impl_->cfg.host, ec);
+  if (ec) {
+    // A host name ("localhost", the machine's name): listen on the first IPv4 address it resolves to (the
+    // default, 127.0.0.1, is IPv4 too: clients try it for "localhost"), else its first address.
+    asio::io_context lookup;
+    tcp::resolver resolver(lookup);
+    const tcp::resolver::results_type found = resolver.resolve(impl_->cfg.host, "", ec);
+    if (ec || found.empty())
+      fail("--host: '", impl_->cfg.host, "' is neither an IP address nor a name that resolves (",
+           ec ? ec.message() : "no addresses", ")");
+    address = found.begin()->endpoint().address();
+    for (const auto& entry : found)
+      if (entry.endpoint().address().is_v4()) {
+        address = entry.endpoint().address();
+        break;
+      }
+  }
   const tcp::endpoint endpoint(address, impl_->cfg.port);
   tcp::acceptor& acceptor = impl_->acceptor;
   acceptor.open(endpoint.protocol(), ec);

@@ -129,10 +129,6 @@ void parse_stream_options(const ojson& v, CompletionRequest& r) {
 // Fields that exist in the OpenAI API but that this server does not implement: a clear 400 rather than a silent
 // guess. Returns true when the value asks for nothing (e.g. an empty logit_bias), so the field can be ignored.
 bool unsupported_is_harmless(const std::string& key, const ojson& v, const CompletionRequest& r) {
-  if (key == "logit_bias") {
-    if (v.is_object() && v.empty()) return true;
-    bad(key, "not supported yet");
-  }
   if (key == "suffix") {
     if (v.is_string() && v.get<std::string>().empty()) return true;
     bad(key, "not supported (the model has no fill-in-the-middle format here)");
@@ -146,10 +142,6 @@ bool unsupported_is_harmless(const std::string& key, const ojson& v, const Compl
     if (need_integer(v, key) == 0) return true;
     bad(key, "not supported yet");
   }
-  if (key == "parallel_tool_calls") {
-    if (need_bool(v, key)) return true;
-    bad(key, "false is not supported (the model may call several tools in one turn)");
-  }
   if (key == "functions" || key == "function_call") bad(key, "not supported; use tools and tool_choice");
   if (key == "modalities") {
     if (v == ojson::array({"text"})) return true;
@@ -159,10 +151,42 @@ bool unsupported_is_harmless(const std::string& key, const ojson& v, const Compl
   return false;
 }
 
+// logit_bias: {"token id": bias, ...}, the ids as decimal strings (JSON keys), each bias in [-100, 100]. Ids are
+// checked against the vocabulary with the other sampling parameters (SamplingParams::validate).
+void parse_logit_bias(const ojson& v, CompletionRequest& r) {
+  if (!v.is_object()) bad("logit_bias", "expected an object mapping token ids (as strings, e.g. \"15339\") to biases, found ", kind(v));
+  std::map<int32_t, float> bias;  // a repeated key: the last one wins, as in Python's json
+  for (const auto& [key, value] : v.items()) {
+    int64_t id = -1;
+    const bool digits = !key.empty() && key.size() <= 10 && key.find_first_not_of("0123456789") == std::string::npos;
+    if (digits) id = std::stoll(key);
+    if (!digits || id > std::numeric_limits<int32_t>::max())
+      bad("logit_bias", "key '", key, "' is not a token id (expected a non-negative integer as a string, e.g. \"15339\")");
+    if (!value.is_number()) bad("logit_bias", "the bias of token ", key, " must be a number in [-100, 100], found ", kind(value));
+    const double amount = value.get<double>();
+    if (!(amount >= -100 && amount <= 100))
+      bad("logit_bias", "the bias of token ", key, " must be a number in [-100, 100], found ", amount);
+    bias[static_cast<int32_t>(id)] = static_cast<float>(amount);
+  }
+  r.sampling.logit_bias.assign(bias.begin(), bias.end());
+}
+
+// metadata: OpenAI's limits (at most 16 pairs, keys up to 64 characters, string values up to 512), checked so a
+// request that OpenAI would refuse is refused here too; the pairs themselves are not kept (nothing is stored).
+void check_metadata(const ojson& v) {
+  if (!v.is_object()) bad("metadata", "expected an object of string values, found ", kind(v));
+  if (v.size() > 16) bad("metadata", "at most 16 key-value pairs, found ", v.size());
+  for (const auto& [key, value] : v.items()) {
+    if (key.size() > 64) bad("metadata", "key '", key.substr(0, 64), "...' is longer than 64 characters");
+    if (!value.is_string()) bad("metadata", "the value of '", key, "' must be a string, found ", kind(value));
+    if (value.get_ref<const std::string&>().size() > 512)
+      bad("metadata", "the value of '", key, "' is longer than 512 characters");
+  }
+}
+
 bool is_unsupported_field(const std::string& key) {
-  static const char* const kFields[] = {"logit_bias", "suffix",     "best_of", "min_tokens", "parallel_tool_calls",
-                                        "functions",  "function_call", "modalities", "audio", "prediction",
-                                        "web_search_options"};
+  static const char* const kFields[] = {"suffix",   "best_of",    "min_tokens", "functions",  "function_call",
+                                        "modalities", "audio", "prediction", "web_search_options"};
   for (const char* f : kFields)
     if (key == f) return true;
   return false;
@@ -266,7 +290,19 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
       {"max_tokens", [&](const ojson& v, const std::string& k) { max_tokens = need_integer(v, k); }},
       {"n", [&](const ojson& v, const std::string& k) { r.sampling.n = need_integer(v, k); }},
       {"ignore_eos", [&](const ojson& v, const std::string& k) { r.sampling.ignore_eos = need_bool(v, k); }},
+      {"logit_bias", [&](const ojson& v, const std::string&) { parse_logit_bias(v, r); }},
+      // Accepted and ignored (README.md, "Serving", says why): an end-user id, a prompt-cache routing key, the metadata and
+      // store of OpenAI's stored completions (nothing is stored), and a service tier (there is one).
       {"user", [&](const ojson& v, const std::string& k) { need_string(v, k); }},
+      {"prompt_cache_key", [&](const ojson& v, const std::string& k) { need_string(v, k); }},
+      {"metadata", [&](const ojson& v, const std::string&) { check_metadata(v); }},
+      {"store", [&](const ojson& v, const std::string& k) { need_bool(v, k); }},
+      {"service_tier",
+       [&](const ojson& v, const std::string& k) {
+         const std::string& tier = need_string(v, k);
+         if (tier != "auto" && tier != "default" && tier != "flex" && tier != "scale" && tier != "priority")
+           bad(k, "expected one of auto, default, flex, scale, priority, found '", tier, "'");
+       }},
       {"skip_special_tokens", [&](const ojson& v, const std::string& k) { r.skip_special_tokens = need_bool(v, k); }},
       {"include_stop_str_in_output",
        [&](const ojson& v, const std::string& k) { r.include_stop_str_in_output = need_bool(v, k); }},
@@ -275,6 +311,7 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
   static const char* const kChatEncoderFields[] = {"messages", "tools", "tool_choice", "response_format",
                                                     "reasoning_effort", "chat_template_kwargs"};
   const std::map<std::string, Handler> chat_only = {
+      {"parallel_tool_calls", [&](const ojson& v, const std::string& k) { r.parallel_tool_calls = need_bool(v, k); }},
       {"max_completion_tokens", [&](const ojson& v, const std::string& k) { max_completion_tokens = need_integer(v, k); }},
       {"logprobs",
        [&](const ojson& v, const std::string& k) {

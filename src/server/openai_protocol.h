@@ -84,6 +84,7 @@ struct CompletionRequest {
   // reasoning_effort, chat_template_kwargs from it) and the options it implies for the output parser.
   nlohmann::ordered_json chat;
   text::ChatRequestOptions chat_options;
+  bool parallel_tool_calls = true;  // false: a reply carries only its first tool call (the model may write more)
 
   // Completions.
   std::vector<PromptInput> prompts;  // one, or a batch

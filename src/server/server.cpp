@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <cctype>
 #include <deque>
 #include <functional>
 #include <thread>
@@ -160,9 +161,15 @@ bool Server::authorized(const HttpRequest& request) const {
   if (cfg_.api_key.empty()) return true;
   const std::string* header = request.header("Authorization");
   if (!header) return false;
-  static constexpr std::string_view kBearer = "Bearer ";
-  if (header->size() < kBearer.size() || header->compare(0, kBearer.size(), kBearer) != 0) return false;
-  return same_secret(std::string_view(*header).substr(kBearer.size()), cfg_.api_key);
+  // RFC 9110: the scheme's name is case-insensitive ("bearer KEY" is as good as "Bearer KEY"), and one or more
+  // spaces separate it from the key.
+  static constexpr std::string_view kBearer = "bearer";
+  const std::string_view value(*header);
+  if (value.size() <= kBearer.size() || value[kBearer.size()] != ' ') return false;
+  for (size_t i = 0; i < kBearer.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(value[i])) != kBearer[i]) return false;
+  const size_t key = value.find_first_not_of(' ', kBearer.size());
+  return key != std::string_view::npos && same_secret(value.substr(key), cfg_.api_key);
 }
 
 std::string Server::models_body(const std::string* only) const {
@@ -191,8 +198,12 @@ void Server::handle(std::shared_ptr<HttpExchange> exchange) {
   }
   if (path == "/metrics") {
     if (!expect_method("GET")) return;
+    engine::EngineStats stats = engine_->stats();
+    // The engine's stats are those of its last step, all zero before the first: the pool's size is known from the
+    // start, and a scrape before any request must show it.
+    if (stats.steps == 0) stats.total_blocks = engine_config_.pool.blocks;
     return exchange->respond(HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
-                                          metrics_.render(engine_->stats(), engine_config_.pool.max_sequences,
+                                          metrics_.render(stats, engine_config_.pool.max_sequences,
                                                           static_cast<int64_t>(http_->open_connections())),
                                           {}});
   }

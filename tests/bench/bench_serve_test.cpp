@@ -391,6 +391,14 @@ TEST_F(BenchServe, CommandWritesJson) {
   EXPECT_EQ(j["results"]["good_requests"], 4);
   EXPECT_GT(j["results"]["ttft_ms"]["p99"].get<double>(), 0);
   EXPECT_EQ(j.dump().find("127.0.0.1"), std::string::npos);  // no host names in results files
+  // The latency CDFs beside the JSON, drawn by gnuplot (scripts/setup.sh installs it; without it, a warning).
+  if (text.find("gnuplot is not installed") == std::string::npos) {
+    std::ifstream png(dir + "/serve_latency.png", std::ios::binary);
+    char magic[4] = {};
+    png.read(magic, 4);
+    EXPECT_EQ(std::string(magic + 1, 3), "PNG") << text;
+    EXPECT_NE(text.find("plot: " + dir + "/serve_latency.png"), std::string::npos) << text;
+  }
 
   // A server that is not there: every request fails, exit code 1.
   const std::string refused = std::string("'") + STRATA_BINARY +

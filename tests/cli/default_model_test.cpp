@@ -77,7 +77,7 @@ TEST(DefaultModel, ChatRequestsAreAnsweredWithTheirOwnMaxTokens) {
   const Outcome bad = run_strata(
       {"generate", "--chat", request("bad.json", R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": -1})")});
   EXPECT_EQ(bad.code, 1);
-  EXPECT_NE(bad.err.find("\"max_tokens\" must be a non-negative integer"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("bad.json: max_tokens: expected a count ≥ 0, found -1"), std::string::npos) << bad.err;
 }
 
 TEST(DefaultModel, AnExplicitModelIsUsedAsGiven) {

@@ -1,5 +1,6 @@
 #pragma once
-// Runs the strata binary under test (STRATA_BINARY) with arguments; returns its exit code, stdout and stderr.
+// Runs the strata binary under test (STRATA_BINARY) with arguments, stdin from `stdin_file` (when given, else the
+// test's own); returns its exit code, stdout and stderr.
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -16,11 +17,12 @@ struct Outcome {
   std::string out, err;
 };
 
-inline Outcome run_strata(const std::vector<std::string>& args) {
+inline Outcome run_strata(const std::vector<std::string>& args, const std::string& stdin_file = "") {
   const std::string dir = temp_dir("strata_run");
   std::string cmd = std::string("'") + STRATA_BINARY + "'";
   for (const std::string& a : args) cmd += " '" + a + "'";
   cmd += " 2>'" + dir + "/err'";
+  if (!stdin_file.empty()) cmd += " <'" + stdin_file + "'";
   FILE* p = ::popen(cmd.c_str(), "r");
   Outcome r;
   char buf[4096];

@@ -248,6 +248,35 @@ TEST_F(EngineTest, PenaltiesAndLogprobsThroughTheSamplingStageMatchTheHostSample
   EXPECT_EQ(got_logprobs, expected_logprobs);
 }
 
+// logit_bias through the backend's sampling stage (the step plan's penalties): a request with a bias and no
+// penalty gets the host sampler's tokens, a +100 bias forces its token at every step, and -100 bans the token the
+// unbiased greedy run picks first.
+TEST_F(EngineTest, LogitBiasThroughTheSamplingStageMatchesTheHostSampler) {
+  Engine e(*model_, small_config(/*budget=*/64, /*pages=*/4096));
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 6;
+  greedy.ignore_eos = true;
+  const std::vector<int32_t> unbiased = solo(prompt_of(5, 24), greedy, 0);
+  std::map<std::string, std::vector<int32_t>> expected;
+  SamplingParams forced = greedy;
+  forced.logit_bias = {{77, 100.0f}};
+  e.add_request("forced", prompt_of(5, 24), forced);
+  expected["forced/0"] = std::vector<int32_t>(6, 77);
+  SamplingParams banned = greedy;
+  banned.logit_bias = {{unbiased[0], -100.0f}, {3, 2.5f}};
+  e.add_request("banned", prompt_of(5, 24), banned);
+  expected["banned/0"] = solo(prompt_of(5, 24), banned, 0);
+  SamplingParams sampled = banned;
+  sampled.temperature = 0.8;
+  sampled.seed = 9;
+  e.add_request("sampled", prompt_of(6, 30), sampled);
+  expected["sampled/0"] = solo(prompt_of(6, 30), sampled, 9);
+  const auto got = run_all(e);
+  EXPECT_EQ(got, expected);
+  EXPECT_NE(got.at("banned/0").at(0), unbiased[0]);
+}
+
 // A logits capture (what `strata generate --dump-logits` asks): the first event carries the raw logits of every
 // prompt position and each event the row its token was picked from — the rows of a solo all-logits run, bit for
 // bit, whether the prompt ran in chunks and whether the sequence was preempted and recomputed on the way.

@@ -110,6 +110,39 @@ TEST(Sampler, HistoryIsKeptOnlyForPenalties) {
   EXPECT_THROW(draw(p, 0, 0, untracked), strata::Error);  // a penalty would silently see nothing: refused
 }
 
+// logit_bias is added to the raw logits before the penalties and the temperature (OpenAI / vLLM), needs no token
+// history, and leaves the reported logprobs those of the raw logits.
+TEST(Sampler, LogitBiasIsAddedBeforePenaltiesAndTemperature) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.logit_bias = {{4, 4.5f}};  // id 4: −1 + 4.5 = 3.5 beats the 3.0s
+  EXPECT_FALSE(p.uses_history());
+  EXPECT_TRUE(p.processes_logits());
+  TokenHistory untracked(p.uses_history());
+  EXPECT_EQ(draw(p, 0, 0, untracked).id, 4);
+  p.logit_bias = {{1, -100.0f}};  // banned: the other 3.0 wins
+  EXPECT_EQ(draw(p, 0, 0, untracked).id, 3);
+  // Before the repetition penalty: id 0 (1.0 + 4 = 5.0) is halved → 2.5, and id 1's 3.0 wins (after it, id 0 would
+  // have 0.5 + 4 = 4.5 and win).
+  p.logit_bias = {{0, 4.0f}};
+  p.repetition_penalty = 2.0;
+  TokenHistory seen;
+  const int32_t prompt[] = {0};
+  seen.add_prompt(prompt);
+  EXPECT_EQ(draw(p, 0, 0, seen).id, 1);
+  p.repetition_penalty = 1.0;
+  p.logprobs = 0;
+  const SampledToken biased = draw(p, 0, 0, untracked);
+  EXPECT_EQ(biased.id, 0);
+  double z = 0;
+  for (float l : kLogits) z += std::exp(l);
+  EXPECT_NEAR(biased.logprob, 1.0 - std::log(z), 1e-5);
+  // With temperature, a +100 bias takes every draw.
+  p.temperature = 1.5;
+  p.logit_bias = {{5, 100.0f}};
+  for (uint64_t step = 0; step < 20; ++step) EXPECT_EQ(draw(p, 7, step, untracked).id, 5);
+}
+
 TEST(Sampler, LogprobsAreRawLogSoftmax) {
   SamplingParams p;
   p.temperature = 0;
@@ -143,6 +176,9 @@ TEST(Sampler, InvalidParametersAreNamed) {
       {"logprobs", [](SamplingParams& p) { p.logprobs = 21; }},
       {"stop_token_ids", [](SamplingParams& p) { p.stop_token_ids = {6}; }},
       {"stop", [](SamplingParams& p) { p.stop = {""}; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{6, 1.0f}}; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{2, 100.5f}}; }},
+      {"logit_bias", [](SamplingParams& p) { p.logit_bias = {{2, 1.0f}, {3, 1.0f}, {2, -1.0f}}; }},
   };
   for (const auto& [name, spoil] : cases) {
     SamplingParams p;

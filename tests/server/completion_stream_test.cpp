@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "server/http_test_client.h"
 #include "server/served_model.h"
 #include "text/tokenizer.h"
@@ -142,6 +144,32 @@ TEST_F(ServerStream, ChatReasoningAndToolCalls) {
   EXPECT_EQ(json::parse(message["tool_calls"][0]["function"]["arguments"].get<std::string>()), (json{{"city", "Paris"}}));
   EXPECT_EQ(message["tool_calls"][0]["id"].get<std::string>().rfind("call_", 0), 0u);
   EXPECT_EQ(body["choices"][0]["finish_reason"], "tool_calls");
+}
+
+// parallel_tool_calls false: a reply that calls two tools returns the first only, whole and streamed.
+TEST_F(ServerStream, ParallelToolCallsFalseKeepsTheFirstCall) {
+  const json tools = json::array({{{"type", "function"}, {"function", {{"name", "f"}}}},
+                                  {{"type", "function"}, {"function", {{"name", "g"}}}}});
+  const std::string two_calls =
+      "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"a\" string=\"true\">x"
+      "</｜DSML｜parameter>\n</｜DSML｜invoke>\n<｜DSML｜invoke name=\"g\">\n<｜DSML｜parameter name=\"b\" "
+      "string=\"true\">y</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+  for (const bool parallel : {true, false}) {
+    CompletionStream whole(request(Endpoint::kChatCompletions, {{"tools", tools}, {"parallel_tool_calls", parallel}}),
+                           *tokenizer_, "chatcmpl-p", 1, "m", {3});
+    feed(whole, 0, two_calls, engine::FinishReason::Stop, true);
+    const json message = json::parse(whole.response_body())["choices"][0]["message"];
+    ASSERT_EQ(message["tool_calls"].size(), parallel ? 2u : 1u) << message.dump();
+    EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "f");
+    CompletionStream streamed(
+        request(Endpoint::kChatCompletions, {{"tools", tools}, {"parallel_tool_calls", parallel}, {"stream", true}}),
+        *tokenizer_, "chatcmpl-q", 1, "m", {3});
+    std::set<std::string> names;
+    for (const json& c : chunks_of(feed(streamed, 0, two_calls, engine::FinishReason::Stop, true)))
+      for (const json& call : c["choices"][0]["delta"].value("tool_calls", json::array()))
+        if (call["function"].contains("name")) names.insert(call["function"]["name"].get<std::string>());
+    EXPECT_EQ(names, (parallel ? std::set<std::string>{"f", "g"} : std::set<std::string>{"f"}));
+  }
 }
 
 TEST_F(ServerStream, StreamedToolCallsRebuildTheSameCall) {

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/error.h"
 #include "server/http_test_client.h"
 
 namespace strata::server {
@@ -90,6 +91,28 @@ TEST(HttpServer, KeepAliveAndPipelining) {
   EXPECT_EQ(last.body, "POST three");
   EXPECT_EQ(last.headers.at("content-type"), "text/plain");
   EXPECT_EQ(server.open_connections(), 1u);
+}
+
+// `strata serve --host localhost`: a name is resolved (to its IPv4 address, where the test client connects); a
+// name that does not resolve is an error that says so.
+TEST(HttpServer, HostNamesAreResolved) {
+  Toy toy;
+  HttpServerConfig named = config();
+  named.host = "localhost";
+  HttpServer server(named, toy.handler());
+  server.start();
+  HttpTestClient c(server.port());
+  c.send(http_request("POST", "/echo", "named"));
+  EXPECT_EQ(c.read_reply().body, "POST named");
+  named.host = "no-such-host.invalid";
+  try {
+    HttpServer unresolved(named, toy.handler());
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'no-such-host.invalid' is neither an IP address nor a name that resolves"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(HttpServer, ConnectionCloseIsHonoured) {

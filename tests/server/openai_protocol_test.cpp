@@ -167,9 +167,20 @@ TEST(OpenaiProtocol, EveryBadFieldIsNamed) {
       {C, chat({{"model", 3}}), "model", "expected a string"},
       {C, chat({{"frobnicate", true}}), "frobnicate", "unknown parameter"},
       {C, chat({{"prompt", "x"}}), "prompt", "use messages"},
-      {C, chat({{"logit_bias", {{"5", 10}}}}), "logit_bias", "not supported"},
+      {C, chat({{"logit_bias", {5, 10}}}), "logit_bias", "expected an object mapping token ids"},
+      {C, chat({{"logit_bias", {{"five", 10}}}}), "logit_bias", "key 'five' is not a token id"},
+      {C, chat({{"logit_bias", {{"-5", 10}}}}), "logit_bias", "key '-5' is not a token id"},
+      {C, chat({{"logit_bias", {{"99999999999", 10}}}}), "logit_bias", "not a token id"},
+      {C, chat({{"logit_bias", {{"5", "10"}}}}), "logit_bias", "the bias of token 5 must be a number in [-100, 100], found a string"},
+      {C, chat({{"logit_bias", {{"5", 100.5}}}}), "logit_bias", "must be a number in [-100, 100], found 100.5"},
+      {C, chat({{"logit_bias", {{"1000", 1}}}}), "logit_bias", "token id 1000 is outside the vocabulary [0, 1000)"},
+      {C, chat({{"metadata", "x"}}), "metadata", "expected an object"},
+      {C, chat({{"metadata", {{"k", 1}}}}), "metadata", "must be a string"},
+      {C, chat({{"store", "yes"}}), "store", "expected true or false"},
+      {C, chat({{"service_tier", "gold"}}), "service_tier", "expected one of auto"},
+      {C, chat({{"prompt_cache_key", 7}}), "prompt_cache_key", "expected a string"},
+      {C, chat({{"parallel_tool_calls", "no"}}), "parallel_tool_calls", "expected true or false"},
       {C, chat({{"functions", json::array()}}), "functions", "use tools"},
-      {C, chat({{"parallel_tool_calls", false}}), "parallel_tool_calls", "not supported"},
       {C, chat({{"best_of", 3}}), "best_of", "best_of equal to n"},
       {C, json{{"model", "m"}}, "messages", "messages: missing"},
       {C, chat({{"messages", json::array()}}), "messages", "messages: empty"},
@@ -196,6 +207,29 @@ TEST(OpenaiProtocol, EveryBadFieldIsNamed) {
     EXPECT_EQ(r.param, c.param);
     EXPECT_NE(r.message.find(c.message_part), std::string::npos) << r.message;
   }
+}
+
+// logit_bias becomes the engine's bias list (sorted by id, a float each); the fields real clients send that the
+// server has no use for are accepted (README.md, "Serving").
+TEST(OpenaiProtocol, LogitBiasAndTheFieldsClientsSend) {
+  const CompletionRequest r =
+      parse(Endpoint::kChatCompletions, chat({{"logit_bias", {{"42", -100}, {"7", 2.5}, {"999", 100}}}}));
+  EXPECT_EQ(r.sampling.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{7, 2.5f}, {42, -100.0f}, {999, 100.0f}}));
+  EXPECT_TRUE(parse(Endpoint::kCompletions, completion({{"logit_bias", json::object()}})).sampling.logit_bias.empty());
+  EXPECT_EQ(parse(Endpoint::kCompletions, completion({{"logit_bias", {{"3", 1}}}})).sampling.logit_bias.size(), 1u);
+  const json metadata = {{"team", "a"}, {"run", "7"}};
+  for (const Endpoint e : {Endpoint::kChatCompletions, Endpoint::kCompletions}) {
+    const json extra = {{"user", "u-1"}, {"metadata", metadata}, {"store", true}, {"service_tier", "auto"},
+                        {"prompt_cache_key", "session-9"}};
+    json body = e == Endpoint::kChatCompletions ? chat(extra) : completion(extra);
+    EXPECT_NO_THROW(parse(e, body)) << body.dump();
+  }
+  EXPECT_TRUE(parse(Endpoint::kChatCompletions, chat()).parallel_tool_calls);
+  EXPECT_FALSE(parse(Endpoint::kChatCompletions, chat({{"parallel_tool_calls", false}})).parallel_tool_calls);
+  json many = json::object();
+  for (int i = 0; i < 17; ++i) many["k" + std::to_string(i)] = "v";
+  EXPECT_EQ(reject(Endpoint::kChatCompletions, chat({{"metadata", many}}).dump()).param, "metadata");
 }
 
 TEST(OpenaiProtocol, MalformedBodies) {

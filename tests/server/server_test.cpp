@@ -217,6 +217,20 @@ TEST_F(ServerEndToEnd, Completions) {
   EXPECT_EQ(batch["usage"]["completion_tokens"], 24);
 }
 
+// logit_bias through the whole server: +100 on one token makes it every pick, greedy or sampled; the clients' other
+// fields are accepted.
+TEST_F(ServerEndToEnd, LogitBiasForcesAToken) {
+  const int32_t forced = tokenizer_->encode(" fox", false, false).at(0);
+  const std::string want = tokenizer_->decode({forced, forced, forced, forced}, true);
+  for (const double temperature : {0.0, 1.0}) {
+    const json r = post("/v1/completions", {{"prompt", "The quick brown"}, {"max_tokens", 4}, {"temperature", temperature},
+                                            {"ignore_eos", true}, {"logit_bias", {{std::to_string(forced), 100}}},
+                                            {"user", "u-7"}, {"metadata", {{"run", "x"}}}, {"store", false}});
+    EXPECT_EQ(r["choices"][0]["text"], want) << temperature;
+  }
+  EXPECT_TRUE(engine_idle());
+}
+
 TEST_F(ServerEndToEnd, NChoicesAndSeeds) {
   const json body = chat_body({{"n", 2}, {"temperature", 1.0}, {"top_k", 50}, {"seed", 42}});
   const json a = post("/v1/chat/completions", body);
@@ -419,6 +433,26 @@ TEST_F(ServerEndToEnd, KeepAliveConnectionServesManyRequests) {
     EXPECT_EQ(reply.status, 200);
     EXPECT_EQ(json::parse(reply.body)["usage"]["completion_tokens"], 2);
   }
+}
+
+// The scheme of an Authorization header is case-insensitive (RFC 9110); clients send "bearer" too.
+TEST_F(ServerEndToEnd, BearerSchemeInAnyCase) {
+  for (const char* scheme : {"Bearer ", "bearer ", "BEARER ", "bEaReR   "})
+    EXPECT_EQ(send("GET", "/v1/models", "", {std::string("Authorization: ") + scheme + kKey}).status, 200) << scheme;
+  for (const char* header : {"Authorization: bearer", "Authorization: bearer ", "Authorization: bearertest-key",
+                             "Authorization: basic test-key"})
+    EXPECT_EQ(send("GET", "/v1/models", "", {header}).status, 401) << header;
+}
+
+// A scrape before the first request already shows the state pool's size (the engine's stats start at zero).
+TEST_F(ServerEndToEnd, MetricsShowThePoolBeforeTheFirstRequest) {
+  Server fresh(*model_, *tokenizer_, engine_config(), server_config());
+  fresh.start();
+  HttpTestClient c(fresh.port());
+  c.send(http_request("GET", "/metrics"));
+  const std::string body = c.read_reply().body;
+  EXPECT_NE(body.find("\nstrata_state_pool_total_blocks{model_name=\"tiny-v4\"} 64\n"), std::string::npos) << body;
+  EXPECT_NE(body.find("\nstrata_state_pool_total_slots{model_name=\"tiny-v4\"} 8\n"), std::string::npos) << body;
 }
 
 TEST_F(ServerEndToEnd, GracefulShutdown) {

@@ -65,6 +65,7 @@ class CandidateOrder {
 }  // namespace
 
 void apply_penalties(std::span<float> logits, const model::RowPenalties& p) {
+  for (const auto& [id, amount] : p.bias) logits[static_cast<size_t>(id)] += amount;
   if (p.repetition != 1.0f)
     for (int32_t id : p.seen) {
       float& l = logits[static_cast<size_t>(id)];

@@ -35,12 +35,17 @@ void CudaBackend::apply_penalties(Tensor& x, const std::vector<int64_t>& rows,
                                   const std::vector<const model::RowPenalties*>& penalties) {
   if (rows.empty()) return;
   const OpClock::Scope timed_op_(clock_, "apply_penalties", rows_.rows, stream_);
-  std::vector<PenaltyEntry> entries;  // the repetition entries, then the subtractions
+  // The biases, then the repetition entries, then the subtractions. A bias b is applied as the subtraction of -b:
+  // l - (-b) is l + b exactly, the host's bits, and the penalty kernel stays as it is.
+  std::vector<PenaltyEntry> entries;
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (const auto& [id, amount] : penalties[i]->bias) entries.push_back({static_cast<int32_t>(rows[i]), id, -amount});
+  const size_t n_bias = entries.size();
   for (size_t i = 0; i < rows.size(); ++i)
     if (penalties[i]->repetition != 1.0f)
       for (int32_t id : penalties[i]->seen)
         entries.push_back({static_cast<int32_t>(rows[i]), id, penalties[i]->repetition});
-  const size_t n_repetition = entries.size();
+  const size_t n_repetition = entries.size() - n_bias;
   for (size_t i = 0; i < rows.size(); ++i)
     for (const auto& [id, amount] : penalties[i]->subtract) entries.push_back({static_cast<int32_t>(rows[i]), id, amount});
   if (entries.empty()) return;
@@ -48,8 +53,12 @@ void CudaBackend::apply_penalties(Tensor& x, const std::vector<int64_t>& rows,
   // From pageable memory the copy is staged before the call returns, so `entries` may go out of scope after it.
   STRATA_CUDA_CHECK(cudaMemcpyAsync(d, entries.data(), entries.size() * sizeof(PenaltyEntry), cudaMemcpyHostToDevice,
                                     stream_));
-  cuda::apply_penalties(x.data, x.cols, d, static_cast<int64_t>(n_repetition), d + n_repetition,
-                        static_cast<int64_t>(entries.size() - n_repetition), stream_);
+  // Biases first, in a launch of their own: an id may have a bias and a penalty, and each launch touches a
+  // (row, id) at most once.
+  if (n_bias > 0) cuda::apply_penalties(x.data, x.cols, nullptr, 0, d, static_cast<int64_t>(n_bias), stream_);
+  const PenaltyEntry* d_repetition = d + n_bias;
+  cuda::apply_penalties(x.data, x.cols, d_repetition, static_cast<int64_t>(n_repetition), d_repetition + n_repetition,
+                        static_cast<int64_t>(entries.size() - n_bias - n_repetition), stream_);
   changed(x.data);
 }
 
