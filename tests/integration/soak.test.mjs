@@ -144,8 +144,8 @@ test(`${CLIENTS} concurrent streams, a third leaving mid-stream; the engine ends
     const client = new OpenAI({ baseURL: server.baseURL, apiKey: 'soak-key', maxRetries: 0, timeout: 300_000 });
     const plans = planClients(rng(SEED));
 
-    // Watch the engine while the clients run: it must actually queue sequences and use state pages.
-    const peak = { running: 0, waiting: 0, pages: 0 };
+    // Watch the engine while the clients run: it must actually queue sequences and use token blocks.
+    const peak = { running: 0, waiting: 0, blocks: 0 };
     let watching = true;
     const watcher = (async () => {
       while (watching) {
@@ -170,10 +170,10 @@ test(`${CLIENTS} concurrent streams, a third leaving mid-stream; the engine ends
     assert.deepEqual(failures, [], `clients failed:\n${failures.slice(0, 5).join('\n')}`);
     const left = results.filter((r) => r.value === 'left').length;
     console.log(`# ${CLIENTS} clients in ${Date.now() - started} ms, ${left} left early; peak running ${peak.running}, ` +
-                `waiting ${peak.waiting}, state pages ${peak.blocks}; server CPU ${server.cpuSeconds().toFixed(1)} s`);
+                `waiting ${peak.waiting}, token blocks ${peak.blocks}; server CPU ${server.cpuSeconds().toFixed(1)} s`);
     assert.ok(left >= CLIENTS / 6, `enough clients left early (${left})`);
     assert.ok(peak.waiting > 0, 'sequences queued behind --max-num-seqs');
-    assert.ok(peak.blocks > 0, 'the clients used state pages');
+    assert.ok(peak.blocks > 0, 'the clients used token blocks');
 
     // Aborts reach the engine asynchronously: poll until it is empty.
     const idle = await waitForIdleEngine(server.origin, 30_000);
