@@ -4,13 +4,13 @@
 
 #include <vector>
 
-#include "model/deepseek_v4/state_pool.h"
+#include "model/state_pool.h"
 #include "tiny_model.h"
 
 namespace strata {
 namespace {
 
-using model::v4::SequenceState;
+using model::SequenceState;
 
 std::vector<int32_t> tokens(int64_t n, int64_t salt) {
   std::vector<int32_t> t(static_cast<size_t>(n));
@@ -23,10 +23,10 @@ TEST(CopyState, ForkContinuesBitIdentically) {
   // 301 tokens: past the 128-token window, 75 closed CSA windows with one token pending, two HCA entries.
   SequenceState original = m->new_sequence();
   m->forward(tokens(301, 1), original, false);
-  model::v4::StatePoolLimits limits;
+  model::StatePoolLimits limits;
   limits.max_sequences = 2;
   limits.blocks = 2 * m->blocks_for_tokens(400);
-  model::v4::StatePool pool(*m, limits);
+  model::StatePool pool(*m, limits);
   SequenceState* fork = pool.acquire();
   ASSERT_TRUE(m->copy_state(original, *fork));
   EXPECT_EQ(fork->num_tokens, 301);
@@ -45,10 +45,10 @@ TEST(CopyState, FailsWithoutPagesAndLeavesTheTargetEmpty) {
   const auto m = test::tiny_model("copy_state_full", 12);
   SequenceState original = m->new_sequence();
   m->forward(tokens(300, 2), original, false);
-  model::v4::StatePoolLimits limits;
+  model::StatePoolLimits limits;
   limits.max_sequences = 1;
   limits.blocks = 1;  // fewer than 300 tokens need (three)
-  model::v4::StatePool pool(*m, limits);
+  model::StatePool pool(*m, limits);
   SequenceState* fork = pool.acquire();
   EXPECT_FALSE(m->copy_state(original, *fork));
   EXPECT_EQ(fork->num_tokens, 0);

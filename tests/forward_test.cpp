@@ -16,7 +16,7 @@ namespace strata {
 namespace {
 
 using model::v4::Model;
-using model::v4::SequenceState;
+using model::SequenceState;
 
 constexpr double kTolerance = 1e-4;  // max|Δ| / max|ref| per row, as in parity.py
 
@@ -156,7 +156,7 @@ TEST_F(ChunkingTest, BatchedSequencesMatchSoloRunsBitForBit) {
                                                    {200, 1, 3, 1, 1, 1}};
   std::vector<int64_t> done(n_seq, 0);
   for (size_t step = 0; step < steps[0].size(); ++step) {
-    std::vector<model::v4::SequenceChunk> chunks;
+    std::vector<model::SequenceChunk> chunks;
     std::vector<Mat> expected;
     for (int q = 0; q < n_seq; ++q) {
       std::vector<int32_t> toks;
@@ -183,7 +183,7 @@ TEST_F(ChunkingTest, SamplingStagePicksWhatTheReferenceOpsPickOnTheSameLogits) {
   std::vector<SequenceState> solo(4), batched(4);
   for (int q = 0; q < 4; ++q) solo[q] = m.new_sequence(), batched[q] = m.new_sequence();
   for (int step = 0; step < 4; ++step) {
-    std::vector<model::v4::SequenceChunk> chunks;
+    std::vector<model::SequenceChunk> chunks;
     std::vector<Mat> expected;
     for (int q = 0; q < 4; ++q) {
       std::vector<int32_t> toks(step == 0 ? 9 + q * 60 : 1);
@@ -219,7 +219,7 @@ TEST_F(ChunkingTest, SamplingStageRejectsMalformedRequests) {
   const Model m = model::v4::load_model(dir_);
   auto expect_error = [&](const model::LogitsStage& stage, const std::string& what) {
     SequenceState st = m.new_sequence();
-    std::vector<model::v4::SequenceChunk> chunks{{{1, 2}, &st, false}};
+    std::vector<model::SequenceChunk> chunks{{{1, 2}, &st, false}};
     try {
       m.run_step(chunks, stage);
       FAIL() << "expected an error about " << what;

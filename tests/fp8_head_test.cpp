@@ -120,8 +120,8 @@ TEST(Fp8Head, CpuModelLogitsAreBitIdenticalToRowByRowDequantization) {
   ASSERT_EQ(stored.head.dtype, DType::F8_E4M3);
   const model::v4::RopeTable rope_main = model::v4::make_rope_table(cfg.rope_main, cfg.head_dim);
   const model::v4::RopeTable rope_compress = model::v4::make_rope_table(cfg.rope_compress, cfg.head_dim);
-  auto row_by_row = [&](const std::vector<int32_t>& tokens, model::v4::SequenceState& state, bool all_logits) {
-    std::vector<model::v4::SequenceChunk> chunks(1);
+  auto row_by_row = [&](const std::vector<int32_t>& tokens, model::SequenceState& state, bool all_logits) {
+    std::vector<model::SequenceChunk> chunks(1);
     chunks[0].tokens = tokens;
     chunks[0].state = &state;
     chunks[0].all_logits = all_logits;

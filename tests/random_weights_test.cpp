@@ -65,7 +65,7 @@ TEST(RandomWeights, MatricesHaveTheCheckpointSpread) {
 TEST(RandomWeights, TokensSpreadOverTheExperts) {
   const model::ModelConfig c = model::v4::preset_config("small", 3);  // layer 2 routes by score
   model::v4::Model m(c, model::v4::random_weights(c, 4, DType::BF16));
-  model::v4::SequenceState s = m.new_sequence();
+  model::SequenceState s = m.new_sequence();
   std::vector<int32_t> prompt;
   for (int32_t i = 0; i < 64; ++i) prompt.push_back((i * 7919 + 17) % static_cast<int32_t>(c.vocab_size));
   const Mat logits = m.forward(prompt, s, false);

@@ -37,8 +37,8 @@ inline bool same_bits(const Mat& a, const Mat& b) {
 
 // `make_state` gives fresh states of `m` (a lone one, or a pool slot) with room for the case.
 inline RollbackResult run_rollback_case(const model::v4::Model& m, const RollbackCase& c,
-                                        const std::function<model::v4::SequenceState*()>& make_state) {
-  using model::v4::SequenceState;
+                                        const std::function<model::SequenceState*()>& make_state) {
+  using model::SequenceState;
   auto feed = [&](const std::vector<int32_t>& tokens, SequenceState& s, bool one_step) {
     if (tokens.empty()) return;
     if (one_step) {

@@ -4,15 +4,15 @@
 // write, the other sequence untouched).
 #include <gtest/gtest.h>
 
-#include "model/deepseek_v4/state_pool.h"
+#include "model/state_pool.h"
 #include "rollback_scenario.h"
 #include "tiny_model.h"
 
 namespace strata {
 namespace {
 
-using model::v4::SequenceState;
-using model::v4::StatePool;
+using model::SequenceState;
+using model::StatePool;
 
 constexpr int64_t kMaxRollback = 5;
 #ifdef STRATA_SANITIZED

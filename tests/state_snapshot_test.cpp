@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "model/deepseek_v4/fingerprint.h"
-#include "model/deepseek_v4/state_pool.h"
+#include "model/state_pool.h"
 #include "model/deepseek_v4/state_snapshot.h"
 #include "tiny_model.h"
 
@@ -19,11 +19,11 @@ namespace strata {
 namespace {
 
 using model::v4::Model;
-using model::v4::SequenceState;
+using model::SequenceState;
 using model::v4::SnapshotReader;
 using model::v4::SnapshotWriter;
-using model::v4::StatePool;
-using model::v4::StatePoolLimits;
+using model::StatePool;
+using model::StatePoolLimits;
 
 std::vector<int32_t> tokens(int64_t n, int64_t salt) {
   std::vector<int32_t> t(static_cast<size_t>(n));

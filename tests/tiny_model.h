@@ -15,7 +15,7 @@ inline std::unique_ptr<model::v4::Model> tiny_model(const std::string& tag, uint
   const std::string dir = temp_dir(tag);
   model::v4::write_random_checkpoint(model::v4::preset_config("tiny"), dir, seed, DType::F32);
   return std::make_unique<model::v4::Model>(
-      model::v4::load_model(dir, model::v4::Device::Cpu, model::v4::Precision::Bf16, {}, max_rollback));
+      model::v4::load_model(dir, model::Device::Cpu, model::Precision::Bf16, {}, max_rollback));
 }
 
 }  // namespace strata::test

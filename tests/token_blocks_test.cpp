@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "model/deepseek_v4/state_pool.h"
+#include "model/state_pool.h"
 #include "model/token_blocks.h"
 #include "tiny_model.h"
 
@@ -11,9 +11,9 @@ namespace strata {
 namespace {
 
 using model::BlockHash;
-using model::v4::BlockPool;
-using model::v4::SequenceState;
-using model::v4::StatePool;
+using model::BlockPool;
+using model::SequenceState;
+using model::StatePool;
 
 std::vector<int32_t> ids(int64_t n, int64_t salt) {
   std::vector<int32_t> t(static_cast<size_t>(n));
@@ -32,7 +32,7 @@ std::string error_of(const std::function<void()>& fn) {
 
 TEST(TokenBlocks, TheTinyLayoutHasOneBlockPer128TokensOfEveryCompressor) {
   const auto m = test::tiny_model("token_blocks_layout", 3);
-  const model::v4::StateLayout& l = m->state_layout();
+  const model::StateLayout& l = m->state_layout();
   // Rates 4 (CSA and its indexer) and 128 (HCA): B = 128. Per block, per CSA layer (1, 3) 32 entries of 64 and 32
   // of 32, and the HCA layer's (2) one entry of 64.
   EXPECT_EQ(l.block_tokens, 128);

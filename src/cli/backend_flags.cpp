@@ -20,8 +20,8 @@ std::string backend_flags_help(int column) {
 
 BackendFlags read_backend_flags(const Args& args, const std::string& default_precision) {
   BackendFlags f;
-  f.device = model::v4::parse_device(args.str("device", "cpu"));
-  f.precision = model::v4::parse_precision(args.str("precision", default_precision));
+  f.device = model::parse_device(args.str("device", "cpu"));
+  f.precision = model::parse_precision(args.str("precision", default_precision));
   if (args.has("cuda-graphs")) {
     const std::string v = args.str("cuda-graphs");
     if (v != "on" && v != "off") fail("option --cuda-graphs: expected on or off, found '", v, "'");
@@ -29,7 +29,7 @@ BackendFlags read_backend_flags(const Args& args, const std::string& default_pre
   }
   f.cuda.op_times = args.has("cuda-op-times");
   for (const char* option : {"precision", "cuda-graphs", "cuda-op-times"})
-    if (args.has(option) && f.device != model::v4::Device::Cuda)
+    if (args.has(option) && f.device != model::Device::Cuda)
       fail("option --", option, ": applies to --device cuda only (the CPU backend is always fp32, eager and untimed)");
   return f;
 }

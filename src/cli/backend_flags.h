@@ -5,14 +5,14 @@
 #include <string>
 
 #include "cli/args.h"
-#include "model/deepseek_v4/model.h"
+#include "model/model.h"
 
 namespace strata::cli {
 
 struct BackendFlags {
-  model::v4::Device device = model::v4::Device::Cpu;
-  model::v4::Precision precision = model::v4::Precision::Bf16;
-  model::v4::CudaSwitches cuda;
+  model::Device device = model::Device::Cpu;
+  model::Precision precision = model::Precision::Bf16;
+  model::CudaSwitches cuda;
 };
 
 // Reads the flags (precision defaults to `default_precision`); a CUDA switch without --device cuda is an error

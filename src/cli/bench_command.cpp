@@ -24,10 +24,8 @@
 #include "cli/default_model.h"
 #include "cli/git_commit.h"
 #include "core/error.h"
-#include "model/deepseek_v4/model.h"
-#include "model/deepseek_v4/presets.h"
-#include "model/deepseek_v4/random_init.h"
-#include "model/deepseek_v4/state_pool.h"
+#include "model/model_family.h"
+#include "model/state_pool.h"
 #ifdef STRATA_WITH_CUDA
 #include <cuda_runtime_api.h>
 
@@ -140,7 +138,7 @@ struct Ceilings {
 
 // Given by --ceilings GBS,TFLOPS, or measured on the CUDA device before the model is loaded (the copy borrows
 // ~4 GiB of device memory that the weights may need later).
-std::optional<Ceilings> ceilings_for(const Args& args, model::v4::Device device) {
+std::optional<Ceilings> ceilings_for(const Args& args, model::Device device) {
   if (args.has("ceilings")) {
     const std::string text = args.str("ceilings");
     const size_t comma = text.find(',');
@@ -158,7 +156,7 @@ std::optional<Ceilings> ceilings_for(const Args& args, model::v4::Device device)
       fail("option --ceilings: expected positive numbers, found '", text, "'");
     return c;
   }
-  if (device != model::v4::Device::Cuda) return std::nullopt;
+  if (device != model::Device::Cuda) return std::nullopt;
 #ifdef STRATA_WITH_CUDA
   // The measurement is the first CUDA call: without a GPU it would fail with a raw CUDA error and a source path. Say
   // it as generate and serve do (make_cuda_runner in backend/cuda/cuda_runner.cpp).
@@ -179,11 +177,11 @@ struct FloorSum {
   double seconds = 0, memory_seconds = 0, compute_seconds = 0, routed_experts = 0;
   int64_t steps = 0;
 
-  void add(const model::v4::Model& m, const std::vector<bench::SequenceStep>& sequences, const Ceilings& c) {
+  void add(const model::Model& m, const std::vector<bench::SequenceStep>& sequences, const Ceilings& c) {
     const std::vector<int64_t> routed = m.routed_experts_last_forward();
     const bench::StepWork w =
         bench::step_floor(m.config(), sequences, routed,
-                          bench::device_weight_bytes(model::v4::precision_name(m.precision())));
+                          bench::device_weight_bytes(model::precision_name(m.precision())));
     work.weight_bytes += w.weight_bytes;
     work.state_bytes += w.state_bytes;
     work.flops += w.flops;
@@ -215,13 +213,13 @@ std::vector<int32_t> prompt_tokens(int64_t n, int64_t vocab) {
 
 // Prefill of `tokens` tokens into a fresh sequence, `chunk` tokens per forward; the median of `repeats` after a
 // warm-up. The floor sums the floors of the chunks (each chunk is a step that reads the weights again).
-nlohmann::json timed_prefill(const model::v4::Model& m, int64_t tokens, int64_t chunk, int64_t repeats,
+nlohmann::json timed_prefill(const model::Model& m, int64_t tokens, int64_t chunk, int64_t repeats,
                              const std::optional<Ceilings>& ceilings) {
   const std::vector<int32_t> prompt = prompt_tokens(tokens, m.config().vocab_size);
   std::vector<double> seconds;
   FloorSum floor;
   for (int64_t r = 0; r <= repeats; ++r) {
-    model::v4::SequenceState s = m.new_sequence(nullptr, tokens + 1);
+    model::SequenceState s = m.new_sequence(nullptr, tokens + 1);
     double elapsed = 0;
     floor = {};
     for (int64_t at = 0; at < tokens; at += chunk) {
@@ -249,11 +247,11 @@ nlohmann::json timed_prefill(const model::v4::Model& m, int64_t tokens, int64_t 
 
 // Decode steps of `batch` sequences at `context` tokens each: one prefilled sequence is forked into a pool (the
 // same state in every slot), then every step runs all of them in one run_step with greedy picks on the device.
-nlohmann::json batched_decode(const model::v4::Model& m, int64_t context, int64_t chunk,
+nlohmann::json batched_decode(const model::Model& m, int64_t context, int64_t chunk,
                               const std::vector<int64_t>& batches, int64_t steps,
                               const std::optional<Ceilings>& ceilings) {
   const int64_t vocab = m.config().vocab_size;
-  model::v4::SequenceState source = m.new_sequence(nullptr, context + 1);  // forks grow in the pool
+  model::SequenceState source = m.new_sequence(nullptr, context + 1);  // forks grow in the pool
   const std::vector<int32_t> prompt = prompt_tokens(context, vocab);
   const auto p0 = clock::now();
   for (int64_t at = 0; at < context; at += chunk) {
@@ -266,13 +264,13 @@ nlohmann::json batched_decode(const model::v4::Model& m, int64_t context, int64_
     // A point that does not fit (device memory for the forks' state) is recorded, not fatal: the points already
     // measured are kept, and larger batches at this context are skipped.
     try {
-      model::v4::StatePoolLimits limits;
+      model::StatePoolLimits limits;
       limits.max_sequences = batch;
       limits.blocks = batch * m.blocks_for_tokens(context + steps + 3);
-      model::v4::StatePool pool(m, limits);
-      std::vector<model::v4::SequenceChunk> chunks;
+      model::StatePool pool(m, limits);
+      std::vector<model::SequenceChunk> chunks;
       for (int64_t b = 0; b < batch; ++b) {
-        model::v4::SequenceState* s = pool.acquire();
+        model::SequenceState* s = pool.acquire();
         if (!m.copy_state(source, *s)) fail("bench: no room to fork ", batch, " sequences of ", context, " tokens");
         chunks.push_back({{static_cast<int32_t>((b * 104729 + 1) % vocab)}, s, false});
       }
@@ -323,7 +321,7 @@ nlohmann::json batched_decode(const model::v4::Model& m, int64_t context, int64_
 
 // The model to time and how it was made: a checkpoint directory, or a preset's random weights in memory.
 struct LoadedModel {
-  model::v4::Model model;
+  std::unique_ptr<model::Model> model;
   nlohmann::json description;
 };
 
@@ -341,7 +339,7 @@ LoadedModel load(const Args& args, const BackendFlags& backend) {
         fail("bench: --", option, " shapes random weights and needs --preset; found it with --model");
     const std::string dir = checked_model_dir(args.str("model"));
     const auto t0 = clock::now();
-    model::v4::Model m = model::v4::load_model(dir, backend.device, backend.precision, backend.cuda);
+    std::unique_ptr<model::Model> m = model::open_checkpoint(dir, backend.device, backend.precision, backend.cuda);
     return {std::move(m),
             {{"model", std::filesystem::path(dir).filename().string()},
              {"source", "checkpoint"},
@@ -352,17 +350,14 @@ LoadedModel load(const Args& args, const BackendFlags& backend) {
   const int64_t seed = args.integer("seed", 0);
   if (seed < 0) fail("option --seed: expected a non-negative integer, found ", seed);
   const DType matrix_dtype = dtype == "fp8" ? DType::F8_E4M3 : DType::BF16;
-  const model::ModelConfig cfg =
-      model::v4::random_checkpoint_config(model::v4::preset_config(preset, args.integer("layers", 0)), matrix_dtype);
-  const auto t0 = clock::now();
-  model::v4::ModelWeights weights = model::v4::random_weights(cfg, static_cast<uint64_t>(seed), matrix_dtype);
-  const double made = seconds_since(t0);
+  model::RandomModel r = model::random_model(model::preset_config(preset, args.integer("layers", 0)),
+                                             static_cast<uint64_t>(seed), matrix_dtype, backend.device,
+                                             backend.precision, backend.cuda);
+  const double made = r.weights_seconds, built = r.model_seconds;
   std::fprintf(stderr, "random weights: %s, %lld layers, %s, in %.2f s on %d threads\n", preset.c_str(),
-               static_cast<long long>(cfg.num_hidden_layers), dtype.c_str(), made, omp_get_max_threads());
-  const auto t1 = clock::now();
-  model::v4::Model m(cfg, std::move(weights), backend.device, backend.precision, backend.cuda);
-  const double built = seconds_since(t1);
-  std::fprintf(stderr, "model on %s in %.2f s\n", model::v4::device_name(backend.device), built);
+               static_cast<long long>(r.config.num_hidden_layers), dtype.c_str(), made, omp_get_max_threads());
+  std::fprintf(stderr, "model on %s in %.2f s\n", model::device_name(backend.device), built);
+  std::unique_ptr<model::Model> m = std::move(r.model);
   return {std::move(m),
           {{"model", "random " + preset},
            {"source", "random"},
@@ -406,16 +401,16 @@ int bench_command(const std::vector<std::string>& argv) {
   // FP8 random weights stay FP8 on the GPU unless asked otherwise: that is what --dtype fp8 benchmarks.
   const bool fp8_on_gpu = args.str("dtype", "bf16") == "fp8" && args.str("device", "cpu") == "cuda";
   const BackendFlags backend = read_backend_flags(args, fp8_on_gpu ? "fp8" : "bf16");
-  const model::v4::Device device = backend.device;
+  const model::Device device = backend.device;
   const std::optional<Ceilings> ceilings = ceilings_for(args, device);
   LoadedModel loaded = load(args, backend);
-  const model::v4::Model& m = loaded.model;
+  const model::Model& m = *loaded.model;
   const model::ModelConfig& c = m.config();
   const std::vector<int32_t> prompt = prompt_tokens(prompt_len, c.vocab_size);
 
   std::vector<double> prefill_s, decode_s;
   for (int64_t r = 0; r <= repeats; ++r) {
-    model::v4::SequenceState st = m.new_sequence(nullptr, prompt_len + decode);
+    model::SequenceState st = m.new_sequence(nullptr, prompt_len + decode);
     const auto t0 = clock::now();
     Mat logits = m.forward(prompt, st, false);
     const auto t1 = clock::now();
@@ -430,15 +425,15 @@ int bench_command(const std::vector<std::string>& argv) {
     decode_s.push_back(std::chrono::duration<double>(t2 - t1).count());
   }
   const double p = median(prefill_s), d = median(decode_s);
-  nlohmann::json device_json = {{"backend", model::v4::device_name(device)},
+  nlohmann::json device_json = {{"backend", model::device_name(device)},
                                 {"cpu", cpu_model_name()},
                                 {"threads", omp_get_max_threads()}};
-  if (device == model::v4::Device::Cuda) device_json["gpu"] = model::v4::cuda_device_name();
+  if (device == model::Device::Cuda) device_json["gpu"] = model::cuda_device_name();
   if (ceilings) {
     device_json["ceilings"] = args.has("ceilings") ? "given" : "measured";
     device_json["copy_bandwidth_gbs"] = ceilings->bandwidth_gbs;
     device_json["bf16_gemm_tflops"] = ceilings->peak_tflops;
-    const bench::WeightBytes wb = bench::device_weight_bytes(model::v4::precision_name(m.precision()));
+    const bench::WeightBytes wb = bench::device_weight_bytes(model::precision_name(m.precision()));
     device_json["weight_bytes_per_param"] = {{"layer_matrices", wb.matrix}, {"embedding_and_head", wb.ends}};
   }
   nlohmann::json config = loaded.description;
@@ -450,15 +445,15 @@ int bench_command(const std::vector<std::string>& argv) {
                  {"num_experts_per_tok", c.num_experts_per_tok},
                  {"moe_intermediate_size", c.moe_intermediate_size},
                  {"vocab_size", c.vocab_size},
-                 {"precision", model::v4::precision_name(m.precision())},
+                 {"precision", model::precision_name(m.precision())},
                  {"prompt_len", prompt_len},
                  {"decode_tokens", decode},
                  {"repeats", repeats},
                  {"batched_decode_sampling", "greedy: argmax in the backend, ids home"}});
-  if (device == model::v4::Device::Cuda) config["cuda_graphs"] = backend.cuda.graphs;
+  if (device == model::Device::Cuda) config["cuda_graphs"] = backend.cuda.graphs;
   if (args.has("chunk")) config["chunk"] = args.integer("chunk", 0);
   nlohmann::json j = {
-      {"benchmark", std::string(model::v4::device_name(device)) + "_forward"},
+      {"benchmark", std::string(model::device_name(device)) + "_forward"},
       {"device", device_json},
       {"date", utc_now()},
       {"commit", args.has("commit") ? args.str("commit") : git_commit()},
@@ -485,7 +480,7 @@ int bench_command(const std::vector<std::string>& argv) {
         j["batched_decode"].push_back({{"context", context}, {"error", e.what()}, {"decode", nlohmann::json::array()}});
       }
   }
-  if (device == model::v4::Device::Cuda) j["cuda_graph_replays"] = m.steps_replayed();
+  if (device == model::Device::Cuda) j["cuda_graph_replays"] = m.steps_replayed();
   const std::string text = j.dump(2) + "\n";
   if (args.has("out")) {
     {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/deepseek_v4/state_pool.h"
+#include "model/state_pool.h"
 
 namespace strata::cli {
 
@@ -16,7 +16,7 @@ EngineOptions read_engine_options(const Args& args, int64_t default_max_num_seqs
   return o;
 }
 
-engine::EngineConfig make_engine_config(const EngineOptions& o, const Args& args, const model::v4::Model& model) {
+engine::EngineConfig make_engine_config(const EngineOptions& o, const Args& args, const model::Model& model) {
   const model::ModelConfig& mc = model.config();
   engine::EngineConfig ec;
   ec.max_model_len = args.integer("max-model-len", std::min<int64_t>(8192, mc.max_position_embeddings));
@@ -26,7 +26,7 @@ engine::EngineConfig make_engine_config(const EngineOptions& o, const Args& args
   ec.scheduler.max_num_seqs = o.max_num_seqs;
   ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   if (o.state_bytes > 0)
-    ec.pool = model::v4::StatePool::limits_for_bytes(model, o.state_bytes, o.max_num_seqs);
+    ec.pool = model::StatePool::limits_for_bytes(model, o.state_bytes, o.max_num_seqs);
   else
     ec.pool.max_sequences = o.max_num_seqs;
   return ec;

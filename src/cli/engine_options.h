@@ -6,7 +6,7 @@
 
 #include "cli/args.h"
 #include "engine/engine.h"
-#include "model/deepseek_v4/model.h"
+#include "model/model.h"
 
 namespace strata::cli {
 
@@ -15,6 +15,6 @@ struct EngineOptions {
 };
 
 EngineOptions read_engine_options(const Args& args, int64_t default_max_num_seqs);
-engine::EngineConfig make_engine_config(const EngineOptions& o, const Args& args, const model::v4::Model& model);
+engine::EngineConfig make_engine_config(const EngineOptions& o, const Args& args, const model::Model& model);
 
 }  // namespace strata::cli

@@ -26,7 +26,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/config.h"
-#include "model/deepseek_v4/model.h"
+#include "model/model_family.h"
 #include "model/safetensors.h"
 #include "text/tokenizer.h"
 
@@ -159,7 +159,8 @@ int offline_generate(const std::vector<std::string>& argv) {
   const std::vector<std::string> lines = read_lines(input);
   const text::Tokenizer tokenizer = text::Tokenizer::load(dir);
   const BackendFlags backend = read_backend_flags(args);
-  const model::v4::Model model = model::v4::load_model(dir, backend.device, backend.precision, backend.cuda);
+  const std::unique_ptr<model::Model> loaded = model::open_checkpoint(dir, backend.device, backend.precision, backend.cuda);
+  const model::Model& model = *loaded;
   const model::ModelConfig& mc = model.config();
   if (tokenizer.vocab_size() > mc.vocab_size)
     fail("--model ", dir, ": the tokenizer has ids up to ", tokenizer.vocab_size() - 1, " but the model's vocab_size is ",
@@ -275,7 +276,8 @@ int generate_command(const std::vector<std::string>& argv) {
   const int64_t chunk = args.integer("chunk", 0);
   if (chunk < 0) fail("option --chunk: expected a positive chunk size, found ", chunk);
 
-  const model::v4::Model m = model::v4::load_model(dir, backend.device, backend.precision, backend.cuda);
+  const std::unique_ptr<model::Model> loaded = model::open_checkpoint(dir, backend.device, backend.precision, backend.cuda);
+  const model::Model& m = *loaded;
   const int64_t vocab = m.config().vocab_size;
   try {
     sampling.validate(vocab);

@@ -13,9 +13,7 @@
 #include "cli/default_model.h"
 #include "core/error.h"
 #include "model/config.h"
-#include "model/deepseek_v4/model.h"
-#include "model/deepseek_v4/presets.h"
-#include "model/deepseek_v4/random_init.h"
+#include "model/model_family.h"
 #include "text/special_tokens.h"
 #include "text/tokenizer.h"
 
@@ -73,7 +71,7 @@ int init(const std::vector<std::string>& argv) {
     return 0;
   }
   const std::string preset = args.required("preset");
-  model::ModelConfig cfg = model::v4::preset_config(preset, args.integer("layers", 0));
+  model::ModelConfig cfg = model::preset_config(preset, args.integer("layers", 0));
   if (args.has("tokenizer-from")) cfg.vocab_size = std::max<int64_t>(cfg.vocab_size, kV4VocabSize);
   const std::string dtype = args.str("dtype", preset == "tiny" ? "f32" : "bf16");
   if (dtype != "f32" && dtype != "bf16" && dtype != "fp8" && dtype != "fp4")
@@ -93,7 +91,7 @@ int init(const std::vector<std::string>& argv) {
   const fs::path staging = target.string() + ".partial-" + std::to_string(::getpid());
   try {
     fs::remove_all(staging);
-    model::v4::write_random_checkpoint(cfg, staging.string(), static_cast<uint64_t>(seed), matrix_dtype);
+    model::write_random_checkpoint(cfg, staging.string(), static_cast<uint64_t>(seed), matrix_dtype);
     if (args.has("tokenizer-from")) {
       text::write_test_tokenizer(args.str("tokenizer-from"), staging.string());
       const text::Tokenizer tok = text::Tokenizer::load(staging.string());
@@ -120,7 +118,8 @@ int info(const std::vector<std::string>& argv) {
     std::fputs(kInfoHelp, stdout);
     return 0;
   }
-  const model::v4::Model m = model::v4::load_model(model_dir_or_default(args));
+  const std::unique_ptr<model::Model> loaded = model::open_checkpoint(model_dir_or_default(args));
+  const model::Model& m = *loaded;
   const model::ModelConfig& c = m.config();
   std::printf("DeepSeek-V4: %lld layers, hidden %lld, %lld heads × %lld, vocab %lld, %lld experts (top-%lld), hc_mult %lld\n",
               static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),

@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "cli/offline_progress.h"
-#include "model/deepseek_v4/model.h"
+#include "model/model.h"
 #include "server/completion_stream.h"
 #include "text/tokenizer.h"
 
@@ -32,7 +32,7 @@ struct ActiveRequest {
 
 class OfflineRun {
  public:
-  OfflineRun(const model::v4::Model& model, const text::Tokenizer& tokenizer, OfflineSettings settings,
+  OfflineRun(const model::Model& model, const text::Tokenizer& tokenizer, OfflineSettings settings,
              const std::vector<std::string>& lines, std::ostream& out, OfflineProgress* progress)
       : tokenizer_(tokenizer),
         settings_(std::move(settings)),
@@ -177,7 +177,7 @@ class OfflineRun {
 
 }  // namespace
 
-OfflineSummary run_offline_batch(const model::v4::Model& model, const text::Tokenizer& tokenizer,
+OfflineSummary run_offline_batch(const model::Model& model, const text::Tokenizer& tokenizer,
                                  OfflineSettings settings, const std::vector<std::string>& lines, std::ostream& out,
                                  OfflineProgress* progress) {
   OfflineRun run(model, tokenizer, std::move(settings), lines, out, progress);

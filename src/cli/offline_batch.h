@@ -14,7 +14,7 @@
 #include "cli/offline_requests.h"
 #include "engine/engine.h"
 
-namespace strata::model::v4 {
+namespace strata::model {
 class Model;
 }
 
@@ -37,7 +37,7 @@ struct OfflineSummary {
 
 // Runs every non-blank line of `lines` (line i of the file is lines[i - 1]) and writes one record per request to
 // `out`, each followed by a newline. `progress` (may be null) is updated as requests finish.
-OfflineSummary run_offline_batch(const model::v4::Model& model, const text::Tokenizer& tokenizer,
+OfflineSummary run_offline_batch(const model::Model& model, const text::Tokenizer& tokenizer,
                                  OfflineSettings settings, const std::vector<std::string>& lines, std::ostream& out,
                                  OfflineProgress* progress = nullptr);
 

@@ -18,8 +18,8 @@
 #include "cli/default_model.h"
 #include "core/error.h"
 #include "engine/engine.h"
-#include "model/deepseek_v4/model.h"
-#include "model/deepseek_v4/state_pool.h"
+#include "model/model_family.h"
+#include "model/state_pool.h"
 #include "server/server.h"
 #include "text/tokenizer.h"
 
@@ -94,7 +94,8 @@ int serve_command(const std::vector<std::string>& argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   const text::Tokenizer tokenizer = text::Tokenizer::load(dir);
-  const model::v4::Model model = model::v4::load_model(dir, backend.device, backend.precision, backend.cuda);
+  const std::unique_ptr<model::Model> loaded = model::open_checkpoint(dir, backend.device, backend.precision, backend.cuda);
+  const model::Model& model = *loaded;
   const model::ModelConfig& mc = model.config();
   if (tokenizer.vocab_size() > mc.vocab_size)
     fail("--model ", dir, ": the tokenizer has ids up to ", tokenizer.vocab_size() - 1, " but the model's vocab_size is ",

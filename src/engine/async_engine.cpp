@@ -6,7 +6,7 @@
 
 namespace strata::engine {
 
-AsyncEngine::AsyncEngine(const model::v4::Model& model, EngineConfig config, std::function<void()> after_events)
+AsyncEngine::AsyncEngine(const model::Model& model, EngineConfig config, std::function<void()> after_events)
     : engine_(model, config), after_events_(std::move(after_events)), thread_([this] { loop(); }) {}
 
 AsyncEngine::~AsyncEngine() { shutdown(false); }

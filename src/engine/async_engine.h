@@ -21,7 +21,7 @@ class AsyncEngine {
 
   // `after_events` (optional) runs on the engine thread after each step whose events went to their callbacks: a
   // server can collect a step's events in its callbacks and hand them to its I/O loop in one go.
-  AsyncEngine(const model::v4::Model& model, EngineConfig config, std::function<void()> after_events = {});
+  AsyncEngine(const model::Model& model, EngineConfig config, std::function<void()> after_events = {});
   ~AsyncEngine();  // shutdown(false)
   AsyncEngine(const AsyncEngine&) = delete;
   AsyncEngine& operator=(const AsyncEngine&) = delete;

@@ -8,7 +8,7 @@
 
 namespace strata::engine {
 
-Engine::Engine(const model::v4::Model& model, EngineConfig config)
+Engine::Engine(const model::Model& model, EngineConfig config)
     : model_(model),
       cfg_(config),
       pool_(model, config.pool),

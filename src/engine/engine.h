@@ -12,17 +12,17 @@
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
-#include "model/deepseek_v4/model.h"
-#include "model/deepseek_v4/state_pool.h"
+#include "model/model.h"
+#include "model/state_pool.h"
 
 namespace strata::engine {
 
 struct EngineConfig {
   SchedulerConfig scheduler;
-  model::v4::StatePoolLimits pool;
+  model::StatePoolLimits pool;
   int64_t max_model_len = 8192;  // prompt + generated tokens per sequence
   // Debugging parity (strata generate --dump-hidden): sees every step's residual streams after every layer.
-  model::v4::LayerObserver observe;
+  model::LayerObserver observe;
 };
 
 struct TokenEvent {
@@ -48,7 +48,7 @@ struct EngineStats {
 
 class Engine {
  public:
-  Engine(const model::v4::Model& model, EngineConfig config);
+  Engine(const model::Model& model, EngineConfig config);
 
   // Validates and queues a request (n sequences). Throws strata::Error naming the problem: a bad sampling
   // parameter, an empty or out-of-vocabulary prompt, a prompt that cannot fit max_model_len or the state memory,
@@ -66,9 +66,9 @@ class Engine {
  private:
   void finish(Sequence& seq, FinishReason reason, std::vector<TokenEvent>& events, bool with_token);
 
-  const model::v4::Model& model_;
+  const model::Model& model_;
   EngineConfig cfg_;
-  model::v4::StatePool pool_;
+  model::StatePool pool_;
   Scheduler scheduler_;
   ModelRunner runner_;
   std::map<uint64_t, std::unique_ptr<Sequence>> sequences_;  // unfinished, by id

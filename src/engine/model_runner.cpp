@@ -7,7 +7,7 @@
 
 namespace strata::engine {
 
-ModelRunner::ModelRunner(const model::v4::Model& model, model::v4::StatePool& pool, model::v4::LayerObserver observe)
+ModelRunner::ModelRunner(const model::Model& model, model::StatePool& pool, model::LayerObserver observe)
     : model_(model), pool_(pool), observe_(std::move(observe)) {}
 
 StepOutput ModelRunner::execute(const StepPlan& plan) {
@@ -17,14 +17,14 @@ StepOutput ModelRunner::execute(const StepPlan& plan) {
 
   // The model's chunks, and the sampling stage over their logits rows (numbered chunk after chunk: every row of an
   // all_logits span, else only its last).
-  std::vector<model::v4::SequenceChunk> chunks;
+  std::vector<model::SequenceChunk> chunks;
   chunks.reserve(plan.spans.size());
   model::LogitsStage stage;
   std::vector<int64_t> first_row(plan.spans.size()), pick_request(plan.spans.size(), -1);
   int64_t rows = 0;
   for (size_t i = 0; i < plan.spans.size(); ++i) {
     const ScheduledSpan& span = plan.spans[i];
-    model::v4::SequenceState& state = pool_.slot(span.slot);
+    model::SequenceState& state = pool_.slot(span.slot);
     if (state.num_tokens != span.start)
       fail("model runner: sequence ", span.sequence_id, " starts at token ", span.start, " but its state slot ",
            span.slot, " holds ", state.num_tokens);

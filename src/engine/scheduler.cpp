@@ -16,7 +16,7 @@ const char* to_string(FinishReason r) {
   return "none";
 }
 
-Scheduler::Scheduler(SchedulerConfig config, model::v4::StatePool& pool) : cfg_(config), pool_(pool) {
+Scheduler::Scheduler(SchedulerConfig config, model::StatePool& pool) : cfg_(config), pool_(pool) {
   if (cfg_.max_num_seqs < 1) fail("max_num_seqs must be ≥ 1, got ", cfg_.max_num_seqs);
   if (cfg_.max_num_batched_tokens < 1) fail("max_num_batched_tokens must be ≥ 1, got ", cfg_.max_num_batched_tokens);
 }

@@ -10,7 +10,7 @@
 
 #include "engine/sequence.h"
 #include "engine/step_plan.h"
-#include "model/deepseek_v4/state_pool.h"
+#include "model/state_pool.h"
 
 namespace strata::engine {
 
@@ -21,7 +21,7 @@ struct SchedulerConfig {
 
 class Scheduler {
  public:
-  Scheduler(SchedulerConfig config, model::v4::StatePool& pool);
+  Scheduler(SchedulerConfig config, model::StatePool& pool);
 
   void add(Sequence* seq);       // to the back of the waiting queue
   void remove(Sequence* seq);    // finished or aborted: frees its state, wherever it is
@@ -39,7 +39,7 @@ class Scheduler {
   Sequence& known(uint64_t id) const;
 
   SchedulerConfig cfg_;
-  model::v4::StatePool& pool_;
+  model::StatePool& pool_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order
   std::unordered_map<uint64_t, Sequence*> known_;  // waiting or running, by id

@@ -112,7 +112,7 @@ struct Server::ActiveRequest {
   }
 };
 
-Server::Server(const model::v4::Model& model, const text::Tokenizer& tokenizer, engine::EngineConfig engine_config,
+Server::Server(const model::Model& model, const text::Tokenizer& tokenizer, engine::EngineConfig engine_config,
                ServerConfig config)
     : model_(model),
       tokenizer_(tokenizer),

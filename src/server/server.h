@@ -45,7 +45,7 @@ class Server {
  public:
   // Starts the engine thread and binds the listening socket (strata::Error if that fails); serving starts with
   // start().
-  Server(const model::v4::Model& model, const text::Tokenizer& tokenizer, engine::EngineConfig engine_config,
+  Server(const model::Model& model, const text::Tokenizer& tokenizer, engine::EngineConfig engine_config,
          ServerConfig config);
   ~Server();  // shutdown(0) and wait()
   Server(const Server&) = delete;
@@ -84,7 +84,7 @@ class Server {
   void maybe_finish_shutdown();
   std::string models_body(const std::string* only) const;
 
-  const model::v4::Model& model_;
+  const model::Model& model_;
   const text::Tokenizer& tokenizer_;
   engine::EngineConfig engine_config_;
   ServerConfig cfg_;

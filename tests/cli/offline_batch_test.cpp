@@ -10,7 +10,7 @@
 
 #include "engine/sampler.h"
 #include "model/deepseek_v4/model.h"
-#include "model/deepseek_v4/state_pool.h"
+#include "model/state_pool.h"
 #include "server/http_test_client.h"
 #include "server/served_model.h"
 #include "server/server.h"
@@ -66,7 +66,7 @@ class OfflineBatch : public ::testing::Test {
   // The tokens of one sequence run alone through Model::forward, chosen by the engine's sampler.
   static std::vector<int32_t> solo(const std::vector<int32_t>& prompt, const engine::SamplingParams& params,
                                    uint64_t seed) {
-    model::v4::SequenceState state = model_->new_sequence();
+    model::SequenceState state = model_->new_sequence();
     engine::TokenHistory history;
     history.add_prompt(prompt);
     std::vector<int32_t> out;

@@ -98,11 +98,11 @@ TEST(Pick, SamplerMatchesTheSortEverythingReferenceAndPickToken) {
 TEST(Pick, PickedRowsGetTheSamplersPick) {
   const auto m = test::tiny_model("pick", 3);
   const std::vector<SamplingParams> sets = parameter_sets();
-  std::vector<model::v4::SequenceState> solo(3), batched(3);
+  std::vector<model::SequenceState> solo(3), batched(3);
   for (int q = 0; q < 3; ++q) solo[q] = m->new_sequence(), batched[q] = m->new_sequence();
   int64_t checked = 0;
   for (int step = 0; step < 6; ++step) {
-    std::vector<model::v4::SequenceChunk> chunks;
+    std::vector<model::SequenceChunk> chunks;
     std::vector<Mat> expected;
     std::vector<SamplingParams> params;
     model::LogitsStage stage;

@@ -21,8 +21,8 @@ class SchedulerTest : public ::testing::Test {
     return s;
   }
   // What the engine does with a plan: run it, advance, and give each sampling sequence one new token.
-  static void run(Scheduler& sch, model::v4::StatePool& pool, const StepPlan& plan, std::vector<Sequence*> seqs) {
-    std::vector<model::v4::SequenceChunk> chunks;
+  static void run(Scheduler& sch, model::StatePool& pool, const StepPlan& plan, std::vector<Sequence*> seqs) {
+    std::vector<model::SequenceChunk> chunks;
     for (const ScheduledSpan& c : plan.spans) chunks.push_back({c.tokens, &pool.slot(c.slot), false});
     if (!chunks.empty()) model_->forward_batch(chunks);
     sch.commit(plan);
@@ -36,7 +36,7 @@ class SchedulerTest : public ::testing::Test {
 model::v4::Model* SchedulerTest::model_ = nullptr;
 
 TEST_F(SchedulerTest, ChunksPrefillsUnderTheBudgetAndPutsDecodesFirst) {
-  model::v4::StatePool pool(*model_, {4, 64});
+  model::StatePool pool(*model_, {4, 64});
   Scheduler sch({4, 32}, pool);
   Sequence a = make(0, 10), b = make(1, 100);
   sch.add(&a);
@@ -66,7 +66,7 @@ TEST_F(SchedulerTest, ChunksPrefillsUnderTheBudgetAndPutsDecodesFirst) {
 }
 
 TEST_F(SchedulerTest, RespectsSlotsAndSequenceLimit) {
-  model::v4::StatePool pool(*model_, {2, 64});
+  model::StatePool pool(*model_, {2, 64});
   Scheduler sch({8, 1000}, pool);
   Sequence s[3] = {make(0, 5), make(1, 5), make(2, 5)};
   for (Sequence& q : s) sch.add(&q);
@@ -82,7 +82,7 @@ TEST_F(SchedulerTest, PreemptsTheNewestWhenBlocksRunOut) {
   // A token block holds 128 tokens' entries of every layer: a 130-token prompt of the tiny model needs one (its
   // windows close at 4, 8, … 128), two such prompts fill a two-block pool, and the decode step that closes the
   // window 128…131 needs a second block each.
-  model::v4::StatePool pool(*model_, {3, 2});
+  model::StatePool pool(*model_, {3, 2});
   EXPECT_EQ(pool.blocks_for_tokens(130), 1);
   EXPECT_EQ(pool.blocks_for_tokens(132), 2);
   Scheduler sch({3, 1000}, pool);

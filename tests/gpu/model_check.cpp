@@ -31,11 +31,13 @@
 #include "backend/cpu/sampling.h"
 #include "engine/sampler.h"
 #include "model/deepseek_v4/model.h"
-#include "model/deepseek_v4/state_pool.h"
+#include "model/state_pool.h"
 #include "../rollback_scenario.h"
 
 using namespace strata;
 using namespace strata::model::v4;
+using strata::model::StatePool;
+using strata::model::StatePoolLimits;
 
 namespace {
 

@@ -101,7 +101,7 @@ TEST(ServerCli, HelpAndBadFlags) {
   const auto [cuda_code, cuda] = run({"serve", "--model", "/nonexistent", "--device", "cuda"});
   EXPECT_EQ(cuda_code, 1);
   // With the CUDA backend built the flag is accepted and the missing model is the error; without it, the flag is.
-  EXPECT_NE(cuda.find(strata::model::v4::cuda_available() ? "/nonexistent" : "built without the CUDA backend"),
+  EXPECT_NE(cuda.find(strata::model::cuda_available() ? "/nonexistent" : "built without the CUDA backend"),
             std::string::npos)
       << cuda;
   const auto [tpu_code, tpu] = run({"serve", "--model", "/nonexistent", "--device", "tpu"});

@@ -1,6 +1,6 @@
 #pragma once
 // The CPU backend of the V4 forward (model/deepseek_v4/forward.h): the readable fp32 reference every faster
-// backend is tested against. State lives in the host structures of model/deepseek_v4/state.h.
+// backend is tested against. State lives in the host structures of model/sequence_state.h.
 #include <algorithm>
 #include <cstdint>
 #include <map>

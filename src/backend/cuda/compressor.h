@@ -11,7 +11,7 @@ namespace strata::cuda {
 
 // One compressor's step (CpuBackend::compress). `work` lists (chunk, window) pairs of the windows that close in
 // this step; `state` holds each chunk's rings of raw projections (ring_kv, ring_gate [ring_rows, width], position p
-// in row p % ring_rows: model/deepseek_v4/state_layout.h) at state[c] + offset.
+// in row p % ring_rows: model/state_layout.h) at state[c] + offset.
 struct CompressorStep {
   const float* kv = nullptr;    // this step's projections [rows, width]
   const float* gate = nullptr;  // [rows, width]

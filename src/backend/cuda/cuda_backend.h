@@ -107,7 +107,7 @@ class CudaBackend {
   };
 
   // `layout`: where each sequence's rings are in its fixed block, and its entries in token blocks (state_layout.h).
-  CudaBackend(const DeviceWeights& weights, Gemm& gemm, Scratch& scratch, const model::v4::StateLayout& layout,
+  CudaBackend(const DeviceWeights& weights, Gemm& gemm, Scratch& scratch, const model::StateLayout& layout,
               const model::ModelConfig& cfg, const std::vector<const model::v4::RopeTable*>& ropes, cudaStream_t stream,
               OpClock* clock = nullptr);
 
@@ -224,7 +224,7 @@ class CudaBackend {
   const DeviceWeights& weights_;
   Gemm& gemm_;
   Scratch& scratch_;
-  const model::v4::StateLayout& layout_;
+  const model::StateLayout& layout_;
   const model::ModelConfig& cfg_;
   std::vector<const model::v4::RopeTable*> ropes_;  // cos/sin rows of each are uploaded in begin_step
   cudaStream_t stream_;

@@ -99,6 +99,11 @@ std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts& parts, Preci
   return std::make_unique<CudaRunner>(parts, precision, cuda);
 }
 
+
+}  // namespace strata::model::v4
+
+namespace strata::model {
+
 std::string cuda_device_name() {
   int device = 0;
   cudaDeviceProp prop{};
@@ -106,4 +111,4 @@ std::string cuda_device_name() {
   return prop.name;
 }
 
-}  // namespace strata::model::v4
+}  // namespace strata::model

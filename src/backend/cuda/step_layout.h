@@ -8,7 +8,7 @@ namespace strata::cuda {
 // Where a compressor's entries are: entry n of chunk c is at
 //   arena + pages[c · max_pages + n / per_page] · page_floats + (n % per_page) · dim,
 // with pages = the chunks' token-block tables, arena = the block pool + this compressor's offset in a block and
-// page_floats = a whole block's floats (model/deepseek_v4/state_layout.h).
+// page_floats = a whole block's floats (model/state_layout.h).
 struct EntryTable {
   const float* arena = nullptr;
   const int32_t* pages = nullptr;

@@ -46,13 +46,6 @@ std::string numeric_config(const ModelConfig& config) {
 
 }  // namespace
 
-std::string ModelFingerprint::hex() const {
-  char out[33];
-  std::snprintf(out, sizeof out, "%016llx%016llx", static_cast<unsigned long long>(high),
-                static_cast<unsigned long long>(low));
-  return out;
-}
-
 std::string backend_label(const std::string& device, const std::string& precision, const std::string& gpu_name) {
   if (device == "cpu") return "cpu fp32";
   return device + " " + precision + (gpu_name.empty() ? "" : " " + gpu_name);

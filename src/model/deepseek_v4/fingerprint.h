@@ -8,15 +8,13 @@
 #include <string>
 
 #include "model/config.h"
+#include "model/model_fingerprint.h"
 #include "model/safetensors.h"
 
 namespace strata::model::v4 {
 
-struct ModelFingerprint {
-  uint64_t low = 0, high = 0;  // XXH128_hash_t's halves
-  std::string hex() const;     // 32 hex digits, high half first
-  bool operator==(const ModelFingerprint&) const = default;
-};
+using model::ModelFingerprint;
+
 
 // The backend's part of a fingerprint, e.g. "cpu fp32" or "cuda bf16 NVIDIA H200": device, the arithmetic of its
 // matrix products and, on a GPU, the device name (kernels and their summation order differ by architecture).

@@ -20,8 +20,6 @@
 
 namespace strata::model::v4 {
 
-using LayerObserver = std::function<void(int64_t layer, const Mat& streams)>;
-
 // Rows of a step, checked: every chunk has tokens and a state of this model, no state twice, ids in the vocabulary.
 StepRows make_step_rows(const ModelConfig& cfg, const std::vector<SequenceChunk>& chunks);
 // A sampling stage for a step of `logits_rows` logits rows, checked: rows in range and increasing, picks and

@@ -42,7 +42,7 @@
 #include <string_view>
 
 #include "model/deepseek_v4/model.h"
-#include "model/deepseek_v4/state.h"
+#include "model/sequence_state.h"
 
 namespace strata::model::v4 {
 

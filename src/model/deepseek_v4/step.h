@@ -4,9 +4,19 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/deepseek_v4/state.h"
+#include "model/model.h"
+#include "model/sequence_state.h"
 
 namespace strata::model::v4 {
+
+// The family's state types (model/sequence_state.h, model/model.h), as the V4 forward and its backends name them.
+using model::BlockPool;
+using model::CompressorLayout;
+using model::LayerLayout;
+using model::LayerObserver;
+using model::SequenceChunk;
+using model::SequenceState;
+using model::StateLayout;
 
 // Which of a layer's two compressors an op works on.
 enum class CompressorSlot { Attention, Indexer };
@@ -14,14 +24,6 @@ enum class CompressorSlot { Attention, Indexer };
 // The keys of each query: its sliding window, plus on HCA layers
 // every compressed entry whose window has closed, plus on CSA layers the indexer's top-k entries.
 enum class AttentionKeys { Window, WindowAndAllEntries, WindowAndPicked };
-
-// One sequence's part of a forward step: its next tokens (positions state->num_tokens onwards) and its state. What
-// happens to its logits rows afterwards is the step's sampling stage (model/logits_stage.h), not the chunk's.
-struct SequenceChunk {
-  std::vector<int32_t> tokens;
-  SequenceState* state = nullptr;
-  bool all_logits = false;  // logits for every token, or only the last
-};
 
 // Rows of a step: the chunks' tokens one after another.
 struct StepRows {

@@ -1,17 +1,10 @@
-#include "model/deepseek_v4/state_layout.h"
+#include "model/deepseek_v4/layout.h"
 
 #include <numeric>
 
 #include "core/error.h"
 
 namespace strata::model::v4 {
-
-int64_t StateLayout::blocks_for_tokens(int64_t tokens) const {
-  if (smallest_rate == 0 || tokens < smallest_rate) return 0;
-  // The last closed window of the most frequent compressor ends at the last multiple of its rate.
-  const int64_t last_closed = tokens / smallest_rate * smallest_rate - 1;
-  return last_closed / block_tokens + 1;
-}
 
 StateLayout make_state_layout(const ModelConfig& cfg, const ModelWeights& weights, int64_t max_rollback) {
   if (max_rollback < 1) fail("state layout: max_rollback must be ≥ 1, got ", max_rollback);

@@ -1,10 +1,10 @@
-#include "model/deepseek_v4/state.h"
+#include "model/sequence_state.h"
 
 #include <algorithm>
 
 #include "core/error.h"
 
-namespace strata::model::v4 {
+namespace strata::model {
 
 int64_t SequenceState::blocks_needed(int64_t tokens) const {
   return std::max<int64_t>(0, layout->blocks_for_tokens(num_tokens + tokens) - static_cast<int64_t>(blocks.size()));
@@ -65,4 +65,4 @@ void SequenceState::rollback(int64_t kept, const std::function<void(float*, cons
   num_tokens = kept;
 }
 
-}  // namespace strata::model::v4
+}  // namespace strata::model

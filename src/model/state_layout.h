@@ -1,6 +1,6 @@
 #pragma once
-// Where a V4 sequence's state lives, computed once per model and shared by every backend, the state pool and
-// state snapshots (docs/architecture.md "Where a sequence's state lives").
+// Where a DeepSeek-V4-family sequence's state lives (per layer a sliding window and streams of compressed entries),
+// computed once per model (v4: deepseek_v4/layout.h) and shared by every backend, the state pool and state snapshots (docs/architecture.md "Where a sequence's state lives").
 //
 // Two kinds of memory:
 //  - Fixed state, one block of `fixed_floats` floats per sequence (host memory on the CPU, device memory on a GPU):
@@ -15,10 +15,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/config.h"
-#include "model/deepseek_v4/weights.h"
 
-namespace strata::model::v4 {
+namespace strata::model {
 
 // One gated-pooling compressor (CSA's, HCA's, or the Lightning Indexer's own).
 struct CompressorLayout {
@@ -61,7 +59,4 @@ struct StateLayout {
   int64_t blocks_for_tokens(int64_t tokens) const;
 };
 
-// The layout of `weights`' compressors. `max_rollback` ≥ 1: a speculative step that keeps k of n tokens drops n - k.
-StateLayout make_state_layout(const ModelConfig& cfg, const ModelWeights& weights, int64_t max_rollback);
-
-}  // namespace strata::model::v4
+}  // namespace strata::model

@@ -1,10 +1,10 @@
-#include "model/deepseek_v4/state_pool.h"
+#include "model/state_pool.h"
 
 #include <algorithm>
 
 #include "core/error.h"
 
-namespace strata::model::v4 {
+namespace strata::model {
 
 StatePool::StatePool(const Model& model, StatePoolLimits limits) : limits_(limits), layout_(model.state_layout()) {
   if (limits.max_sequences < 1) fail("state pool: max_sequences must be ≥ 1, got ", limits.max_sequences);
@@ -60,4 +60,4 @@ void StatePool::release(SequenceState* state) {
   fail("state pool: release of a state that is not one of the pool's slots");
 }
 
-}  // namespace strata::model::v4
+}  // namespace strata::model

@@ -12,7 +12,7 @@
 
 #include "model/token_blocks.h"
 
-namespace strata::model::v4 {
+namespace strata::model {
 
 class BlockPool {
  public:
@@ -55,4 +55,4 @@ class BlockPool {
   int64_t used_ = 0;
 };
 
-}  // namespace strata::model::v4
+}  // namespace strata::model

@@ -1,5 +1,6 @@
 #pragma once
-// What one sequence carries between forward calls (DESIGN.md "Per-sequence state"; the layout in state_layout.h).
+// What one sequence of a DeepSeek-V4-family model carries between forward calls (DESIGN.md "Per-sequence state";
+// the layout in state_layout.h).
 // Everything here is a pure function of the token prefix, so prefill in any chunking followed by decode reproduces
 // one full forward.
 #include <cstdint>
@@ -7,10 +8,10 @@
 #include <memory>
 #include <vector>
 
-#include "model/deepseek_v4/block_pool.h"
-#include "model/deepseek_v4/state_layout.h"
+#include "model/block_pool.h"
+#include "model/state_layout.h"
 
-namespace strata::model::v4 {
+namespace strata::model {
 
 struct SequenceState {
   int64_t num_tokens = 0;  // positions consumed so far; the next token gets this position
@@ -49,4 +50,4 @@ struct SequenceState {
   void rollback(int64_t num_tokens_kept, const std::function<void(float*, const float*, int64_t)>& copy_block);
 };
 
-}  // namespace strata::model::v4
+}  // namespace strata::model

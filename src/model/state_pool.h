@@ -1,15 +1,15 @@
 #pragma once
-// Bounded per-sequence V4 state for serving: a fixed number of sequence slots (each with its fixed block of rings,
+// Bounded per-sequence state for serving: a fixed number of sequence slots (each with its fixed block of rings,
 // built once) and a fixed number of token blocks (state_layout.h), all allocated at start-up.
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <vector>
 
-#include "model/deepseek_v4/model.h"
-#include "model/deepseek_v4/state.h"
+#include "model/model.h"
+#include "model/sequence_state.h"
 
-namespace strata::model::v4 {
+namespace strata::model {
 
 struct StatePoolLimits {
   int64_t max_sequences = 64;
@@ -53,4 +53,4 @@ class StatePool {
   std::vector<int32_t> free_;
 };
 
-}  // namespace strata::model::v4
+}  // namespace strata::model

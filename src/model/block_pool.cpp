@@ -1,8 +1,8 @@
-#include "model/deepseek_v4/block_pool.h"
+#include "model/block_pool.h"
 
 #include "core/error.h"
 
-namespace strata::model::v4 {
+namespace strata::model {
 
 BlockPool::BlockPool(int64_t block_floats, std::optional<int64_t> max_blocks)
     : block_floats_(block_floats), max_blocks_(max_blocks) {
@@ -93,4 +93,4 @@ std::optional<int32_t> BlockPool::find(const BlockHash& hash) const {
   return it->second;
 }
 
-}  // namespace strata::model::v4
+}  // namespace strata::model

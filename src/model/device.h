@@ -1,0 +1,30 @@
+#pragma once
+// Where a model computes and with which arithmetic: chosen by flags (cli/backend_flags.h), the same for every model
+// of the family.
+#include <string>
+
+namespace strata::model {
+
+enum class Device { Cpu, Cuda };
+// The arithmetic of a GPU backend's matrix products. Bf16: weights and activations rounded to bf16, fp32
+// accumulation (the product). Fp32: fp32 weights and activations, fp32 arithmetic — the CPU reference's numbers up
+// to summation order, so whole-model checks can demand agreement even where a discrete choice (the indexer's
+// top-k, the router's top-k) sits on a near-tie that bf16 rounding would flip. Fp8: matrices the checkpoint stores
+// as e4m3 with 128×128 block scales stay so on the device (half the bytes of bf16); prefill-sized products quantize
+// their activations per row and 128 columns to e4m3 (DeepSeek's recipe), decode-sized ones dequantize the weights
+// in registers against bf16 activations; every other matrix is bf16. The CPU backend is always fp32.
+enum class Precision { Bf16, Fp32, Fp8 };
+// Switches of the CUDA backend, set by flags (--cuda-graphs, --cuda-op-times), never by the environment.
+struct CudaSwitches {
+  bool graphs = true;     // decode steps recorded once and replayed as CUDA graphs (step_graphs.h)
+  bool op_times = false;  // CUDA events around every backend op, a table at exit (op_clock.h); slows every step
+};
+Precision parse_precision(const std::string& name);  // "bf16", "fp32" or "fp8"
+const char* precision_name(Precision p);
+// "cpu" or "cuda"; anything else is an error naming the value. "cuda" in a build without CUDA is an error too.
+Device parse_device(const std::string& name);
+const char* device_name(Device d);
+bool cuda_available();  // this build has the CUDA backend
+std::string cuda_device_name();  // the GPU the CUDA backend uses ("" without one)
+
+}  // namespace strata::model

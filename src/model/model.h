@@ -1,0 +1,80 @@
+#pragma once
+// The interface every model of the DeepSeek family implements (today DeepSeek-V4: model/deepseek_v4/model.h), and
+// all that engine/, server/ and cli/ know of a model: run a step of several sequences up to the logits and their
+// sampling stage; make, copy, fork, roll back, save and restore a sequence's state. model_family.h says how to get
+// one; config.json's model_type (ModelConfig::variant) picks the implementation.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/block_pool.h"
+#include "model/config.h"
+#include "model/device.h"
+#include "model/logits_stage.h"
+#include "model/model_fingerprint.h"
+#include "model/sequence_state.h"
+#include "model/state_layout.h"
+
+namespace strata::model {
+
+// One sequence's part of a forward step: its next tokens (positions state->num_tokens onwards) and its state. What
+// happens to its logits rows afterwards is the step's sampling stage (model/logits_stage.h), not the chunk's.
+struct SequenceChunk {
+  std::vector<int32_t> tokens;
+  SequenceState* state = nullptr;
+  bool all_logits = false;  // logits for every token, or only the last
+};
+
+// Sees the residual streams [rows, hc·hidden] after every layer (debugging parity: strata generate --dump-hidden).
+using LayerObserver = std::function<void(int64_t layer, const Mat& streams)>;
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual Device device() const = 0;
+  virtual Precision precision() const = 0;
+
+  // Where a sequence's state lives (state_layout.h): its fixed block, and token blocks of `block_tokens` tokens.
+  virtual const StateLayout& state_layout() const = 0;
+  int64_t fixed_state_floats() const { return state_layout().fixed_floats; }
+  int64_t blocks_for_tokens(int64_t tokens) const { return state_layout().blocks_for_tokens(tokens); }
+  // A fresh state. Its token blocks come from `pool` (a StatePool's bounded one, made by make_block_pool) or, when
+  // null, from a pool the state owns: growable on the CPU, sized for `max_tokens` (required) on a GPU.
+  virtual SequenceState new_sequence(BlockPool* pool = nullptr, int64_t max_tokens = 0) const = 0;
+  // A bounded pool of token blocks where this model computes.
+  virtual std::unique_ptr<BlockPool> make_block_pool(int64_t max_blocks) const = 0;
+  // Makes `to` continue exactly where `from` is, with blocks of its own (false, `to` reset: no room in its pool).
+  virtual bool copy_state(const SequenceState& from, SequenceState& to) const = 0;
+  // The same, sharing `from`'s full blocks by reference and copying the partial last one (one pool for both).
+  virtual bool fork_state(const SequenceState& from, SequenceState& to) const = 0;
+  // Keeps the first `num_tokens` tokens of `state` and drops the rest (at most state_layout().max_rollback).
+  virtual void rollback(SequenceState& state, int64_t num_tokens) const = 0;
+
+  // What decides this model's numbers, hashed; a state's bytes restore only into a model with the same one.
+  virtual ModelFingerprint fingerprint() const = 0;
+  virtual std::string snapshot(const SequenceState& state) const = 0;
+  virtual void restore(std::string_view bytes, SequenceState& into) const = 0;
+
+  // One step over several sequences: the logits of their logits rows stay where they were computed; `stage` says
+  // what happens to each there (logits_stage.h: raw rows home, penalties, picks) and what comes home.
+  virtual StepLogits run_step(std::vector<SequenceChunk>& chunks, const LogitsStage& stage,
+                              const LayerObserver& observe = {}) const = 0;
+  // run_step with every logits row home: one logits Mat per chunk (tests, benchmarks, dumps).
+  virtual std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe = {}) const = 0;
+  // One sequence: logits [tokens, vocab] when all_logits, else the last token's [1, vocab].
+  virtual Mat forward(const std::vector<int32_t>& tokens, SequenceState& state, bool all_logits = true,
+                      const LayerObserver& observe = {}) const = 0;
+
+  // Per layer, the distinct routed experts the last forward ran (what a step must read of the expert weights).
+  virtual std::vector<int64_t> routed_experts_last_forward() const = 0;
+  // Steps run from a recording (CUDA graphs of decode steps) so far.
+  virtual int64_t steps_replayed() const = 0;
+};
+
+}  // namespace strata::model
