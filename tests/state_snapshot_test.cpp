@@ -25,11 +25,7 @@ using model::v4::SnapshotWriter;
 using model::StatePool;
 using model::StatePoolLimits;
 
-std::vector<int32_t> tokens(int64_t n, int64_t salt) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>((i * 37 + salt * 11 + 5) % 500);
-  return t;
-}
+std::vector<int32_t> tokens(int64_t n, int64_t salt) { return test::token_ids(n, salt); }
 
 // The tiny preset's checkpoint written once per seed; each call loads a new Model instance from it.
 std::unique_ptr<Model> load_tiny(uint64_t seed) {
@@ -53,14 +49,7 @@ void expect_bit_identical(const Mat& a, const Mat& b, const std::string& what) {
   EXPECT_TRUE(test::same_finite_bits(a.v.data(), b.v.data(), a.v.size())) << what;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 // Tiny preset: window 128, CSA every 4 tokens (layers 1, 3, with an indexer), HCA every 128 (layer 2). 5 tokens:
 // the window part full; 256: 128-aligned (no token pending anywhere, two HCA entries); 300: unaligned (CSA and HCA

@@ -8,11 +8,13 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "model/safetensors.h"
 
 namespace strata::test {
@@ -73,6 +75,23 @@ inline ::testing::AssertionResult same_finite_bits(const float* a, const float* 
       return ::testing::AssertionFailure() << "element " << i << " differs (" << a[i] << " vs " << b[i] << ")";
   }
   return ::testing::AssertionSuccess();
+}
+
+// The message of the strata::Error `fn` throws, or "(no error)".
+inline std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// n token ids below 500 (every test vocabulary is larger), a different sequence per salt.
+inline std::vector<int32_t> token_ids(int64_t n, int64_t salt) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>((i * 37 + salt * 11 + 5) % 500);
+  return t;
 }
 
 }  // namespace strata::test

@@ -15,20 +15,8 @@ using model::BlockPool;
 using model::SequenceState;
 using model::StatePool;
 
-std::vector<int32_t> ids(int64_t n, int64_t salt) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) t[static_cast<size_t>(i)] = static_cast<int32_t>((i * 41 + salt * 13 + 1) % 500);
-  return t;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
+std::vector<int32_t> ids(int64_t n, int64_t salt) { return test::token_ids(n, salt); }
 
 TEST(TokenBlocks, TheTinyLayoutHasOneBlockPer128TokensOfEveryCompressor) {
   const auto m = test::tiny_model("token_blocks_layout", 3);

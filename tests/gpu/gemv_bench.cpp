@@ -26,6 +26,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/gemv.h"
 #include "cli/git_commit.h"
+#include "run_provenance.h"
 
 using strata::cuda::DeviceBuffer;
 namespace sc = strata::cuda;
@@ -283,18 +284,13 @@ int main(int argc, char** argv) {
     for (const int64_t m : {1, 3, 5, 8}) pass = check_fp32(m, 1000, 2048, rng) && check_fp32(m, 4096, 1024, rng) && pass;
     std::FILE* out = argc > 1 ? std::fopen(argv[1], "w") : stdout;
     if (!out) strata::fail("gemv_bench: cannot write ", argv[1]);
-    cudaDeviceProp prop{};
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) prop.name[0] = 0;
-    char date[32];
-    const std::time_t now = std::time(nullptr);
-    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    const strata::test::RunProvenance run = strata::test::run_provenance();
     std::fprintf(out,
                  "{\"benchmark\": \"cuda_gemv\", \"device\": {\"gpu\": \"%s\"}, \"date\": \"%s\", \"commit\": \"%s\",\n"
                  " \"config\": {\"timing\": \"median of 25 launches, each between its own events (~8 us of fixed cost per "
                  "launch included); weights rotated through copies of >= 256 MB so every launch reads them from DRAM\", "
                  "\"old\": \"gemv_legacy\", \"new\": \"gemv / gemv_many\"},\n \"cases\": [\n",
-                 prop.name, date, argc > 2 ? argv[2] : strata::cli::git_commit().c_str());
+                 run.gpu.c_str(), run.date.c_str(), argc > 2 ? argv[2] : strata::cli::git_commit().c_str());
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       const bool ok = r.error <= kBound && r.rows_identical;

@@ -23,6 +23,7 @@
 #include "backend/cuda/moe_gemm.h"
 #include "backend/cuda/moe_mma.h"
 #include "cli/git_commit.h"
+#include "run_provenance.h"
 
 using strata::cuda::DeviceBuffer;
 namespace sc = strata::cuda;
@@ -86,13 +87,8 @@ int main(int argc, char** argv) {
     // What a results file made from this table records (issue 23): the device, the date and the commit
     // (STRATA_COMMIT on the GPU machine's copy without .git; "-dirty" for uncommitted changes).
     {
-      cudaDeviceProp prop{};
-      int device = 0;
-      if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) prop.name[0] = 0;
-      char date[32];
-      const std::time_t now = std::time(nullptr);
-      std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-      std::printf("device: %s\ndate: %s\ncommit: %s\n", prop.name, date, strata::cli::git_commit().c_str());
+      const strata::test::RunProvenance run = strata::test::run_provenance();
+      std::printf("device: %s\ndate: %s\ncommit: %s\n", run.gpu.c_str(), run.date.c_str(), strata::cli::git_commit().c_str());
     }
     std::printf("%6s %6s %-14s %10s %10s %10s\n", "batch", "active", "kernel", "ms", "GB/s", "TFLOP/s");
     for (const int64_t rows : batches) {
