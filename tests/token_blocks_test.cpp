@@ -34,6 +34,18 @@ TEST(TokenBlocks, TheTinyLayoutHasOneBlockPer128TokensOfEveryCompressor) {
   EXPECT_EQ(l.blocks_for_tokens(132), 2);
 }
 
+TEST(TokenBlocks, StateMemoryIsSplitIntoSlotsThenWholeBlocks) {
+  const auto m = test::tiny_model("token_blocks_bytes", 4);
+  const int64_t fixed = StatePool::fixed_bytes_per_sequence(*m);
+  const int64_t block = m->state_layout().block_floats * static_cast<int64_t>(sizeof(float));
+  EXPECT_EQ(fixed, m->fixed_state_floats() * 4);
+  const model::StatePoolLimits l = StatePool::limits_for_bytes(*m, 2 * fixed + 3 * block + block / 2, 2);
+  EXPECT_EQ(l.max_sequences, 2);
+  EXPECT_EQ(l.blocks, 3);
+  EXPECT_NE(error_of([&] { StatePool::limits_for_bytes(*m, 2 * fixed + block - 1, 2); }).find("plus one token block"),
+            std::string::npos);
+}
+
 TEST(TokenBlocks, HashesChainOverThePrefixAndTheSalt) {
   const BlockHash salt{1, 2}, other_salt{1, 3};
   std::vector<int32_t> a = ids(300, 1);

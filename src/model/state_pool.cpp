@@ -23,7 +23,14 @@ StatePoolLimits StatePool::limits_for_bytes(const Model& model, int64_t bytes, i
   StatePoolLimits l;
   l.max_sequences = max_sequences;
   const int64_t fixed = fixed_bytes_per_sequence(model) * max_sequences;
-  const int64_t block_bytes = std::max<int64_t>(1, model.state_layout().block_floats * static_cast<int64_t>(sizeof(float)));
+  const int64_t block_bytes = model.state_layout().block_floats * static_cast<int64_t>(sizeof(float));
+  if (block_bytes == 0) {  // no compressor: nothing goes to token blocks
+    if (bytes < fixed)
+      fail("state memory of ", bytes, " bytes cannot hold ", max_sequences, " sequences (", fixed,
+           " bytes of sliding windows)");
+    l.blocks = 0;
+    return l;
+  }
   if (bytes < fixed + block_bytes)
     fail("state memory of ", bytes, " bytes cannot hold ", max_sequences, " sequences (", fixed,
          " bytes of sliding windows and compressor rings) plus one token block of ", block_bytes, " bytes");
