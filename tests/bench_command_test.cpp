@@ -30,22 +30,23 @@ BenchRun bench(const std::string& args, const std::string& tag, bool merge) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, s.str()};
 }
 
-// Without --commit the JSON still records what ran: STRATA_COMMIT when set (the GPU machine's copy of the tree has
-// no .git), else git's commit with "-dirty" for uncommitted changes, and outside a repository "unknown" — never an
-// empty field or a commit that did not run.
+// The JSON records what ran: --commit when given (the GPU machine's copy of the tree has no .git), else git's commit
+// with "-dirty" for uncommitted changes, and outside a repository "unknown" — never an empty field or a commit that
+// did not run. No environment variable decides it.
 TEST(BenchCommand, RecordsTheCommitItRanAt) {
   const std::string dir = test::temp_dir("bench_cmd_commit");
   const std::string run = "'" + std::string(STRATA_BINARY) +
-                          "' bench --preset tiny --layers 1 --prompt-len 4 --decode-tokens 1 --repeats 1 2>/dev/null";
-  auto commit_of = [&](const std::string& prefix) {
+                          "' bench --preset tiny --layers 1 --prompt-len 4 --decode-tokens 1 --repeats 1";
+  auto commit_of = [&](const std::string& prefix, const std::string& flags) {
     const std::string out = dir + "/out.json";
-    const int status = std::system(("cd '" + dir + "' && " + prefix + run + " >'" + out + "'").c_str());
+    const int status =
+        std::system(("cd '" + dir + "' && " + prefix + run + flags + " 2>/dev/null >'" + out + "'").c_str());
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << prefix;
     std::ifstream in(out);
     return nlohmann::json::parse(in)["commit"].get<std::string>();
   };
-  EXPECT_EQ(commit_of("STRATA_COMMIT=0123abc-dirty "), "0123abc-dirty");
-  EXPECT_EQ(commit_of("env -u STRATA_COMMIT GIT_DIR=/nonexistent "), "unknown");
+  EXPECT_EQ(commit_of("GIT_DIR=/nonexistent ", " --commit 0123abc-dirty"), "0123abc-dirty");
+  EXPECT_EQ(commit_of("STRATA_COMMIT=0123abc GIT_DIR=/nonexistent ", ""), "unknown");
 }
 
 TEST(BenchCommand, RandomPresetAndPrefillSweep) {

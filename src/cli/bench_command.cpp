@@ -67,8 +67,8 @@ options:
   --chunk N            prefill chunk for --prefill and --batch contexts
   --ceilings GBS,TFLOPS  the device's copy bandwidth (GB/s) and bf16 peak (TFLOP/s) for the floors, instead of
                        measuring them (cuda) — on any backend, e.g. to compare a CPU run with its datasheet
-  --commit SHA         git commit to record (default: $STRATA_COMMIT, else git rev-parse HEAD with "-dirty"
-                       when tracked files differ, else "unknown")
+  --commit SHA         git commit to record (default: git rev-parse HEAD with "-dirty" when tracked files
+                       differ, else "unknown")
   --out FILE           write the JSON here (default: print it), and the plots beside it: FILE_pareto.png (with
                        --batch: tokens/s per device against tokens/s per user, a curve per context) and
                        FILE_floor.png (on cuda or with --ceilings: measured time over the floor), drawn by gnuplot

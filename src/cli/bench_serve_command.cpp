@@ -53,8 +53,8 @@ options:
   --timeout S            per-request limit in seconds (default 600)
   --seed S               of the prompts and the arrival times (default 0)
   --label TEXT           recorded in the JSON config (e.g. which model the server runs)
-  --commit SHA           git commit recorded in the JSON (default: $STRATA_COMMIT, else git rev-parse HEAD
-                         with "-dirty" when tracked files differ, else "unknown")
+  --commit SHA           git commit recorded in the JSON (default: git rev-parse HEAD with "-dirty" when
+                         tracked files differ, else "unknown")
   --out FILE.json        write device, date, commit, config and results as JSON, and FILE_latency.png beside it:
                          the CDFs of TTFT, TPOT, ITL and E2E, drawn by gnuplot
   --plots on|off         draw that PNG (default on; without gnuplot a warning says so)

@@ -1,8 +1,8 @@
 #pragma once
-// The commit a results file records (strata bench, strata bench serve): STRATA_COMMIT when set (the GPU machine's
-// copy of the tree has no .git), else `git rev-parse HEAD` of the working directory with "-dirty" appended when
-// tracked files differ from it — a run with uncommitted edits must not pass for the commit (issue 23) — else
-// "unknown". scripts/provenance.sh gives the same string to the shell scripts.
+// The commit a results file records when no --commit flag names it (strata bench, strata bench serve): `git rev-parse
+// HEAD` of the working directory with "-dirty" appended when tracked files differ from it — a run with uncommitted
+// edits must not pass for the commit (issue 23) — else "unknown". Where the tree has no .git (the GPU machine's
+// copy), the caller passes --commit; scripts/provenance.sh gives the same string to the shell scripts.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -25,7 +25,6 @@ inline std::string command_output(const char* command, bool& ok) {
 }
 
 inline std::string git_commit() {
-  if (const char* given = std::getenv("STRATA_COMMIT"); given && *given) return given;
   bool ok = false;
   std::string sha = command_output("git rev-parse HEAD 2>/dev/null", ok);
   while (!sha.empty() && (sha.back() == '\n' || sha.back() == '\r')) sha.pop_back();

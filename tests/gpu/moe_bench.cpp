@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
     DeviceBuffer<const void*> dt1(t1), dt3(t3), dt2(t2), df1(f1), df3(f3), df2(f2);
     DeviceBuffer<const float*> ds(s);
     // What a results file made from this table records (issue 23): the device, the date and the commit
-    // (STRATA_COMMIT on the GPU machine's copy without .git; "-dirty" for uncommitted changes).
+    // (git's, "-dirty" for uncommitted changes; "unknown" on the GPU machine's copy without .git).
     {
       const strata::test::RunProvenance run = strata::test::run_provenance();
       std::printf("device: %s\ndate: %s\ncommit: %s\n", run.gpu.c_str(), run.date.c_str(), strata::cli::git_commit().c_str());
