@@ -15,6 +15,9 @@ Engine::Engine(const model::Model& model, EngineConfig config)
       scheduler_(config.scheduler, pool_),
       runner_(model, pool_, config.observe) {
   if (cfg_.max_model_len < 1) fail("max_model_len must be ≥ 1, got ", cfg_.max_model_len);
+  if (cfg_.cache)
+    scheduler_.set_prefix_hooks({[this](Sequence& s, model::SequenceState& st) { return cache_restore(s, st); },
+                                 [this](const Sequence& s, int64_t start) { return cache_chunk_end(s, start); }});
 }
 
 void Engine::validate_request(const std::vector<int32_t>& prompt, const SamplingParams& params) const {
@@ -34,11 +37,21 @@ void Engine::validate_request(const std::vector<int32_t>& prompt, const Sampling
          pool_.limits().blocks, "); raise the state memory or lower max_tokens");
 }
 
-void Engine::add_request(const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params) {
+void Engine::add_request(const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params,
+                         const CacheOptions& cache) {
   validate_request(prompt, params);
   for (const auto& [id, s] : sequences_)
     if (s->request_id == request_id) fail("request id '", request_id, "' is already in flight");
 
+  if (cache.ttl_seconds < 0) fail("cache: a time to live must be ≥ 0 s, got ", cache.ttl_seconds);
+  // A logits capture needs every prompt position computed, so it neither restores nor saves.
+  const bool cached = cfg_.cache && cache.enabled && !params.capture_logits;
+  model::BlockHash salt;
+  std::vector<model::BlockHash> hashes;
+  if (cached) {
+    salt = cfg_.cache->salt(cache.scope);
+    hashes = model::block_hashes(salt, prompt, cfg_.cache->block_tokens());
+  }
   const uint64_t seed = params.seed ? *params.seed : unseeded_();
   for (int64_t i = 0; i < params.n; ++i) {
     auto s = std::make_unique<Sequence>();
@@ -51,6 +64,12 @@ void Engine::add_request(const std::string& request_id, std::vector<int32_t> pro
     s->history = TokenHistory(params.uses_history());
     s->history.add_prompt(s->prompt);
     s->arrival = std::chrono::steady_clock::now();
+    if (cached) {
+      s->cache.emplace();
+      s->cache->salt = salt;
+      s->cache->hashes = hashes;
+      s->cache->ttl_seconds = cache.ttl_seconds > 0 ? cache.ttl_seconds : cfg_.cache->config().ttl_chat_seconds;
+    }
     Sequence& ref = *s;
     sequences_.emplace(s->id, std::move(s));
     if (params.max_tokens == 0) {
@@ -79,6 +98,7 @@ void Engine::finish(Sequence& seq, FinishReason reason, std::vector<TokenEvent>&
     events.back().finished = true;
     events.back().reason = reason;
   }
+  if (seq.cache) cache_on_finish(seq);
   seq.status = SequenceStatus::Finished;
   seq.finish = reason;
   scheduler_.remove(&seq);
@@ -107,6 +127,9 @@ std::vector<TokenEvent> Engine::step() {
   totals_.model_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - model_start).count();
   scheduler_.commit(plan);
   ++totals_.steps;
+  if (cfg_.cache)
+    for (const ScheduledSpan& span : plan.spans)
+      if (Sequence& s = *sequences_.at(span.sequence_id); s.cache) cache_after_step(s);
 
   const auto& eos = model_.config().eos_token_ids;
   const int64_t vocab = model_.config().vocab_size;
@@ -131,6 +154,7 @@ std::vector<TokenEvent> Engine::step() {
     s.history.add_output(token);
     ++totals_.generated_tokens;
     TokenEvent e{s.request_id, s.index, token, o.logprob, std::move(o.top_logprobs), false, FinishReason::None, {}, {}};
+    if (first && s.cache) e.cached_tokens = s.cache->cached_tokens;
     if (span.all_logits) {
       e.logits.assign(o.logits.end() - vocab, o.logits.end());
       if (first) e.prompt_logits = std::move(s.prompt_logits);

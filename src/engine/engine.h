@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/prefix_cache.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -23,6 +24,8 @@ struct EngineConfig {
   int64_t max_model_len = 8192;  // prompt + generated tokens per sequence
   // Debugging parity (strata generate --dump-hidden): sees every step's residual streams after every layer.
   model::LayerObserver observe;
+  // The KV-cache system (cache/prefix_cache.h): prompts resume from cached prefixes; null: off.
+  std::shared_ptr<cache::PrefixCache> cache;
 };
 
 struct TokenEvent {
@@ -36,6 +39,8 @@ struct TokenEvent {
   // With SamplingParams::capture_logits: the raw logits `token` was picked from, and on a sequence's first event
   // those of every prompt position ([prompt, vocab] row-major).
   std::vector<float> logits, prompt_logits;
+  // On a sequence's first event: its prompt tokens restored from the prefix cache instead of computed.
+  int64_t cached_tokens = 0;
 };
 
 struct EngineStats {
@@ -53,7 +58,8 @@ class Engine {
   // Validates and queues a request (n sequences). Throws strata::Error naming the problem: a bad sampling
   // parameter, an empty or out-of-vocabulary prompt, a prompt that cannot fit max_model_len or the state memory,
   // a duplicate id.
-  void add_request(const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params);
+  void add_request(const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params,
+                   const CacheOptions& cache = {});
   // The checks of add_request that do not depend on what is in flight (safe from any thread).
   void validate_request(const std::vector<int32_t>& prompt, const SamplingParams& params) const;
   // Stops a request wherever it is; its sequences finish with reason "abort". False if unknown or already done.
@@ -65,6 +71,11 @@ class Engine {
 
  private:
   void finish(Sequence& seq, FinishReason reason, std::vector<TokenEvent>& events, bool with_token);
+  // The prefix cache's part of a step (engine_cache.cpp).
+  int64_t cache_restore(Sequence& s, model::SequenceState& state);
+  int64_t cache_chunk_end(const Sequence& s, int64_t start) const;
+  void cache_after_step(Sequence& s);
+  void cache_on_finish(Sequence& s);
 
   const model::Model& model_;
   EngineConfig cfg_;

@@ -49,6 +49,12 @@ void Scheduler::preempt(Sequence* victim, StepPlan& plan) {
   plan.preempted.push_back(victim->id);
 }
 
+int64_t Scheduler::span_tokens(const Sequence& s, int64_t budget) const {
+  int64_t count = std::min(s.num_uncomputed(), budget);
+  if (hooks_.chunk_end) count = std::min(count, hooks_.chunk_end(s, s.num_computed) - s.num_computed);
+  return count;
+}
+
 StepPlan Scheduler::plan_step() {
   StepPlan plan;
   int64_t budget = cfg_.max_num_batched_tokens;
@@ -69,7 +75,7 @@ StepPlan Scheduler::plan_step() {
   // preempts the newest running one (possibly itself).
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* s = running_[i];
-    const int64_t count = std::min(s->num_uncomputed(), budget);
+    const int64_t count = span_tokens(*s, budget);
     if (pool_.reserve(pool_.slot(s->slot), count)) {
       schedule(s, count);
       ++i;
@@ -86,9 +92,11 @@ StepPlan Scheduler::plan_step() {
     Sequence* s = waiting_.front();
     const std::optional<int32_t> slot = pool_.acquire_slot();
     if (!slot) break;
-    const int64_t count = std::min(s->num_uncomputed(), budget);
+    if (s->num_computed == 0 && hooks_.restore) s->num_computed = hooks_.restore(*s, pool_.slot(*slot));
+    const int64_t count = span_tokens(*s, budget);
     if (!pool_.reserve(pool_.slot(*slot), count)) {
-      pool_.release_slot(*slot);
+      pool_.release_slot(*slot);  // with whatever was restored into it
+      s->num_computed = 0;
       break;  // strict arrival order: later arrivals wait too
     }
     waiting_.pop_front();

@@ -5,6 +5,7 @@
 // from its tokens later (V4 state is a pure function of the tokens, so the result is identical).
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -19,9 +20,18 @@ struct SchedulerConfig {
   int64_t max_num_batched_tokens = 2048;  // tokens in one step (the prefill chunk budget)
 };
 
+// How a prefix cache takes part in planning (engine.cpp sets these when it has one).
+struct PrefixHooks {
+  // When a sequence with nothing computed gets a slot: the tokens restored into the slot's state (0: none).
+  std::function<int64_t(Sequence&, model::SequenceState&)> restore;
+  // Where a span that starts at `start` must end at the latest (a checkpoint the cache saves the state at).
+  std::function<int64_t(const Sequence&, int64_t start)> chunk_end;
+};
+
 class Scheduler {
  public:
   Scheduler(SchedulerConfig config, model::StatePool& pool);
+  void set_prefix_hooks(PrefixHooks hooks) { hooks_ = std::move(hooks); }
 
   void add(Sequence* seq);       // to the back of the waiting queue
   void remove(Sequence* seq);    // finished or aborted: frees its state, wherever it is
@@ -36,10 +46,12 @@ class Scheduler {
 
  private:
   void preempt(Sequence* victim, StepPlan& plan);
+  int64_t span_tokens(const Sequence& s, int64_t budget) const;
   Sequence& known(uint64_t id) const;
 
   SchedulerConfig cfg_;
   model::StatePool& pool_;
+  PrefixHooks hooks_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order
   std::unordered_map<uint64_t, Sequence*> known_;  // waiting or running, by id

@@ -2,13 +2,33 @@
 // One generation stream: a request's prompt, its sampled tokens so far, and where it stands in the engine.
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
+#include "model/token_blocks.h"
 
 namespace strata::engine {
+
+// How a request uses the prefix cache (cache/prefix_cache.h), when the engine has one.
+struct CacheOptions {
+  bool enabled = true;
+  std::string scope;        // isolation: only requests of the same scope share entries ("" = everyone's)
+  int64_t ttl_seconds = 0;  // how long its entries live past their last use; 0: the cache's chat default
+};
+
+// A sequence's part in the prefix cache.
+struct SequenceCache {
+  std::vector<model::BlockHash> hashes;  // of its known tokens' full blocks, chained from the scope's salt
+  model::BlockHash salt;
+  int64_t ttl_seconds = 0;
+  int64_t cached_tokens = 0;  // prompt tokens restored at its first admission (what the usage reports)
+  bool admitted = false;
+  std::string staged_rows;    // boundary rows of the last block boundary decode passed, saved when it finishes
+  int64_t staged_blocks = 0;
+};
 
 enum class SequenceStatus { Waiting, Running, Finished };
 enum class FinishReason { None, Stop, Length, Abort };
@@ -33,6 +53,7 @@ struct Sequence {
   // prompt's spans run (so far `captured_rows` rows), handed over with the first token.
   std::vector<float> prompt_logits;
   int64_t captured_rows = 0;
+  std::optional<SequenceCache> cache;  // set when it uses the engine's prefix cache
 
   int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }
   int32_t token_at(int64_t i) const {

@@ -61,6 +61,22 @@ class Model {
   virtual std::string snapshot(const SequenceState& state) const = 0;
   virtual void restore(std::string_view bytes, SequenceState& into) const = 0;
 
+  // A prefix cache's view (cache/): a state at a token-block boundary is its token blocks (content-addressed,
+  // shared by every longer prefix) plus its boundary rows (sliding window, the compressors' open windows).
+  // Block `index` of `state` into host memory (block_floats floats).
+  virtual void read_block(const SequenceState& state, int64_t index, float* host) const = 0;
+  // The rows a resume from `state` needs beside its token blocks (deepseek_v4/state_snapshot.h's RowsOnly bytes).
+  virtual std::string boundary_rows(const SequenceState& state) const = 0;
+  // Makes `into` the state of a block-aligned prefix: its blocks, each either shared by reference from `into`'s
+  // pool (a block another sequence holds) or copied from host memory, then its boundary rows. Throws naming the
+  // problem (bad rows, too few blocks, an exhausted pool), leaving `into` reset.
+  struct PrefixBlock {
+    int32_t shared = -1;          // a block of into's pool to take a reference on, or
+    const float* host = nullptr;  // block_floats floats to copy in
+  };
+  virtual void restore_prefix(const std::vector<PrefixBlock>& blocks, std::string_view boundary_rows,
+                              SequenceState& into) const = 0;
+
   // One step over several sequences: the logits of their logits rows stay where they were computed; `stage` says
   // what happens to each there (logits_stage.h: raw rows home, penalties, picks) and what comes home.
   virtual StepLogits run_step(std::vector<SequenceChunk>& chunks, const LogitsStage& stage,

@@ -70,6 +70,10 @@ class Model : public model::Model {
   ModelFingerprint fingerprint() const override;
   std::string snapshot(const SequenceState& state) const override;
   void restore(std::string_view bytes, SequenceState& into) const override;
+  void read_block(const SequenceState& state, int64_t index, float* host) const override;
+  std::string boundary_rows(const SequenceState& state) const override;
+  void restore_prefix(const std::vector<PrefixBlock>& blocks, std::string_view boundary_rows,
+                      SequenceState& into) const override;
 
   // Every row's arithmetic is the same as in a solo forward, so on the CPU results are bit-identical however
   // sequences are batched.

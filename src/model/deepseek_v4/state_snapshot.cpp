@@ -19,6 +19,8 @@ static_assert(std::endian::native == std::endian::little, "state snapshots are w
 namespace {
 
 constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', '4', 'S'};
+constexpr char kRowsMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', '4', 'R'};
+const char* magic_of(Sections s) { return s == Sections::Full ? kMagic : kRowsMagic; }
 constexpr uint32_t kVersion = 2;
 constexpr size_t kPreambleBytes = 16;  // magic, version, reserved
 constexpr size_t kLengthBytes = 8, kChecksumBytes = 8;
@@ -158,7 +160,8 @@ std::string_view open_section(std::string_view piece, size_t at, const std::stri
 
 }  // namespace
 
-SnapshotWriter::SnapshotWriter(const Model& model, const SequenceState& state) : model_(model), state_(state) {
+SnapshotWriter::SnapshotWriter(const Model& model, const SequenceState& state, Sections sections)
+    : model_(model), state_(state), sections_(sections) {
   check_state_of(model, state, "snapshot's");
 }
 
@@ -180,7 +183,7 @@ std::string SnapshotWriter::header() const {
       body.i64(c->dim);
     }
   ByteWriter out;
-  out.bytes().append(kMagic, sizeof kMagic);
+  out.bytes().append(magic_of(sections_), sizeof kMagic);
   out.u32(kVersion);
   out.u32(0);
   return out.bytes() + body.section();
@@ -208,6 +211,7 @@ std::string SnapshotWriter::layer(int64_t l) const {
     for (const float* ring : {state_.ring_kv(*c), state_.ring_gate(*c)})
       for_ring_runs(c->ring_rows, c->width, first, n - first,
                     [&](int64_t at, int64_t floats) { body.floats(runner, ring + at, floats); });
+    if (sections_ == Sections::RowsOnly) continue;
     for (int64_t e = 0; e < entries; e += c->per_block)
       body.floats(runner, state_.entry(*c, e), std::min(c->per_block, entries - e) * c->dim);
   }
@@ -220,9 +224,10 @@ std::string SnapshotWriter::all() const {
   return out;
 }
 
-SnapshotReader::SnapshotReader(const Model& model, SequenceState& into) : model_(model), into_(into) {
+SnapshotReader::SnapshotReader(const Model& model, SequenceState& into, Sections sections)
+    : model_(model), into_(into), sections_(sections) {
   check_state_of(model, into, "restore target");
-  into_.reset();
+  if (sections_ == Sections::Full) into_.reset();
 }
 
 SnapshotReader::~SnapshotReader() {
@@ -232,8 +237,9 @@ SnapshotReader::~SnapshotReader() {
 std::optional<size_t> SnapshotReader::next_piece_bytes(std::string_view received) const {
   size_t at = 0;
   if (!header_taken_) {
-    if (received.size() >= sizeof kMagic && std::memcmp(received.data(), kMagic, sizeof kMagic) != 0)
-      fail("not a Strata state snapshot (its first 8 bytes are not \"STRATA4S\")");
+    if (received.size() >= sizeof kMagic && std::memcmp(received.data(), magic_of(sections_), sizeof kMagic) != 0)
+      fail(sections_ == Sections::Full ? "not a Strata state snapshot (its first 8 bytes are not \"STRATA4S\")"
+                                       : "not Strata boundary rows (their first 8 bytes are not \"STRATA4R\")");
     if (received.size() >= 12) {
       uint32_t version;
       std::memcpy(&version, received.data() + 8, sizeof version);
@@ -329,7 +335,11 @@ void SnapshotReader::take_layer(std::string_view body) {
   float* swa = into_.fixed.get() + ll.swa;
   for_ring_runs(layout.window_rows, cfg.head_dim, n - rows, rows,
                 [&](int64_t at, int64_t floats) { r.floats(runner, swa + at, floats); });
-  if (l == 0 && !into_.ensure_blocks(n))  // every layer's entries of a span share one token block
+  if (sections_ == Sections::RowsOnly) {
+    if (l == 0 && static_cast<int64_t>(into_.blocks.size()) < layout.blocks_for_tokens(n))
+      fail("boundary rows: ", n, " tokens need ", layout.blocks_for_tokens(n), " token blocks in place, the target has ",
+           into_.blocks.size());
+  } else if (l == 0 && !into_.ensure_blocks(n))  // every layer's entries of a span share one token block
     fail("state snapshot: the restore target's pool is out of token blocks: ", n, " tokens need ",
          layout.blocks_for_tokens(n), ", ", into_.pool->free_blocks(), " are free");
   for (const CompressorLayout* c : {&ll.compressor, &ll.indexer}) {
@@ -340,6 +350,7 @@ void SnapshotReader::take_layer(std::string_view body) {
     for (float* ring : {into_.ring_kv(*c), into_.ring_gate(*c)})
       for_ring_runs(c->ring_rows, c->width, first, n - first,
                     [&](int64_t at, int64_t floats) { r.floats(runner, ring + at, floats); });
+    if (sections_ == Sections::RowsOnly) continue;
     for (int64_t e = 0; e < entries; e += c->per_block)
       r.floats(runner, into_.entry(*c, e), std::min(c->per_block, entries - e) * c->dim);
   }
@@ -352,6 +363,44 @@ std::string Model::snapshot(const SequenceState& state) const { return SnapshotW
 void Model::restore(std::string_view bytes, SequenceState& into) const {
   SnapshotReader reader(*this, into);
   reader.take_all(bytes);
+}
+
+void Model::read_block(const SequenceState& state, int64_t index, float* host) const {
+  check_state_of(*this, state, "read_block's");
+  if (index < 0 || index >= static_cast<int64_t>(state.blocks.size()))
+    fail("read_block: block ", index, " of a state holding ", state.blocks.size());
+  runner_->to_host(host, state.pool->block(state.blocks[static_cast<size_t>(index)]), parts_->layout.block_floats);
+}
+
+std::string Model::boundary_rows(const SequenceState& state) const {
+  return SnapshotWriter(*this, state, Sections::RowsOnly).all();
+}
+
+void Model::restore_prefix(const std::vector<PrefixBlock>& blocks, std::string_view rows, SequenceState& into) const {
+  check_state_of(*this, into, "restore_prefix target");
+  into.reset();
+  try {
+    for (const PrefixBlock& b : blocks) {
+      if (b.shared >= 0) {
+        into.pool->retain(b.shared);
+        into.blocks.push_back(b.shared);
+        continue;
+      }
+      if (!b.host) fail("restore_prefix: a block with neither a shared id nor host data");
+      const std::optional<int32_t> mine = into.pool->allocate();
+      if (!mine) fail("restore_prefix: the state pool is out of token blocks (", blocks.size(), " needed)");
+      into.blocks.push_back(*mine);
+      runner_->from_host(into.pool->block(*mine), b.host, parts_->layout.block_floats);
+    }
+    SnapshotReader reader(*this, into, Sections::RowsOnly);
+    reader.take_all(rows);
+    if (into.num_tokens != static_cast<int64_t>(blocks.size()) * parts_->layout.block_tokens)
+      fail("restore_prefix: boundary rows of ", into.num_tokens, " tokens with ", blocks.size(), " blocks of ",
+           parts_->layout.block_tokens, " tokens");
+  } catch (...) {
+    into.reset();
+    throw;
+  }
 }
 
 }  // namespace strata::model::v4

@@ -36,6 +36,11 @@
 //
 // Only rows that the forward pass reads are written, so the bytes are a function of the token prefix alone
 // (whatever a reused slot held before), and two engines that agree on the prefix write the same snapshot.
+//
+// Boundary rows (Sections::RowsOnly, magic "STRATA4R"): the same format without the compressed entries (no
+// "f32[n_entries · dim]" runs). A prefix cache (cache/) keeps a prefix as its token blocks, content-addressed and
+// shared by every longer prefix, plus these rows at the boundary it resumes from; restoring one needs the blocks
+// in place first (Model::restore_prefix).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -46,10 +51,12 @@
 
 namespace strata::model::v4 {
 
+enum class Sections { Full, RowsOnly };
+
 // Makes the pieces of one state's snapshot. The state must not advance while pieces are being made.
 class SnapshotWriter {
  public:
-  SnapshotWriter(const Model& model, const SequenceState& state);
+  SnapshotWriter(const Model& model, const SequenceState& state, Sections sections = Sections::Full);
   int64_t layers() const { return static_cast<int64_t>(state_.layout->layers.size()); }
   std::string header() const;          // piece 0
   std::string layer(int64_t l) const;  // piece 1 + l
@@ -58,15 +65,17 @@ class SnapshotWriter {
  private:
   const Model& model_;
   const SequenceState& state_;
+  Sections sections_;
 };
 
 // Restores a snapshot into `into` (a state of `model`, e.g. a StatePool slot), piece by piece: the header, then the
 // layers in order. Every bad piece is an Error naming what is wrong and where; after an error `into` is reset and
 // the reader expects a header again, and a reader that goes away before the last layer arrived resets `into` too.
-// Compressed entries take pages from `into`'s arena.
+// Compressed entries take pages from `into`'s arena. With Sections::RowsOnly, `into` is not reset: it must already
+// hold the token blocks of the snapshot's num_tokens (their contents are the caller's), and only rows are read.
 class SnapshotReader {
  public:
-  SnapshotReader(const Model& model, SequenceState& into);  // resets `into`
+  SnapshotReader(const Model& model, SequenceState& into, Sections sections = Sections::Full);
   ~SnapshotReader();
   SnapshotReader(const SnapshotReader&) = delete;
   SnapshotReader& operator=(const SnapshotReader&) = delete;
@@ -86,6 +95,7 @@ class SnapshotReader {
 
   const Model& model_;
   SequenceState& into_;
+  Sections sections_;
   bool header_taken_ = false;
   int64_t next_layer_ = 0, num_tokens_ = 0;
 };
