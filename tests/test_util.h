@@ -87,6 +87,13 @@ inline std::string error_of(const std::function<void()>& fn) {
   return "(no error)";
 }
 
+// Under the sanitizers (CI's second run), slow suites run a spread-out subset of their cases.
+#ifdef STRATA_SANITIZED
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 // n token ids below 500 (every test vocabulary is larger), a different sequence per salt.
 inline std::vector<int32_t> token_ids(int64_t n, int64_t salt) {
   std::vector<int32_t> t(static_cast<size_t>(n));

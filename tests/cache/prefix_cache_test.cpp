@@ -1,0 +1,228 @@
+// The KV-cache system end to end on the CPU: a request that resumes from a cached prefix gives the tokens and
+// logprobs of a cold prefill, bit for bit, at prompt lengths around block boundaries; so does a follow-up turn that
+// extends an earlier request, a restarted engine reading the cache directory, and a request that shares the blocks
+// of one still running. Scopes isolate tenants.
+#include "cache/prefix_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+
+#include "engine/engine.h"
+#include "model/deepseek_v4/presets.h"
+#include "model/deepseek_v4/random_init.h"
+#include "test_util.h"
+
+namespace strata::cache {
+namespace {
+
+namespace fs = std::filesystem;
+using engine::CacheOptions;
+using engine::Engine;
+using engine::EngineConfig;
+using engine::SamplingParams;
+using engine::TokenEvent;
+
+// The tiny preset with compression rates 4 and 16 and a 16-token window: token blocks of 16 tokens, so short
+// prompts cross many block boundaries.
+model::v4::Model& small_block_model() {
+  static model::v4::Model* m = [] {
+    model::ModelConfig c = model::v4::preset_config("tiny");
+    c.hca_compress_rate = 16;
+    c.sliding_window = 16;
+    const std::string dir = test::temp_dir("prefix_cache_model");
+    model::v4::write_random_checkpoint(c, dir, 5, DType::F32);
+    return new model::v4::Model(model::v4::load_model(dir));
+  }();
+  return *m;
+}
+
+struct Completion {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::vector<std::vector<std::pair<int32_t, float>>> top;
+  int64_t cached_tokens = -1;
+};
+
+SamplingParams sampled(int64_t max_tokens, bool greedy) {
+  SamplingParams p;
+  p.max_tokens = max_tokens;
+  p.temperature = greedy ? 0.0 : 0.9;
+  p.seed = 42;
+  p.ignore_eos = true;
+  p.logprobs = 3;
+  return p;
+}
+
+std::map<std::string, Completion> run(Engine& e) {
+  std::map<std::string, Completion> out;
+  for (int guard = 0; e.has_unfinished() && guard < 100000; ++guard)
+    for (const TokenEvent& ev : e.step()) {
+      Completion& c = out[ev.request_id];
+      if (!ev.token) continue;
+      if (c.tokens.empty()) c.cached_tokens = ev.cached_tokens;
+      c.tokens.push_back(*ev.token);
+      c.logprobs.push_back(ev.logprob);
+      c.top.push_back(ev.top_logprobs);
+    }
+  return out;
+}
+
+// Bit-for-bit: the same tokens, and logprobs whose float bits agree.
+::testing::AssertionResult same(const Completion& a, const Completion& b) {
+  if (a.tokens != b.tokens) return ::testing::AssertionFailure() << "tokens differ";
+  if (!test::same_finite_bits(a.logprobs.data(), b.logprobs.data(), a.logprobs.size()))
+    return ::testing::AssertionFailure() << "logprobs differ";
+  for (size_t i = 0; i < a.top.size(); ++i) {
+    if (a.top[i].size() != b.top[i].size()) return ::testing::AssertionFailure() << "top logprobs differ at " << i;
+    for (size_t j = 0; j < a.top[i].size(); ++j)
+      if (a.top[i][j].first != b.top[i][j].first ||
+          !test::same_finite_bits(&a.top[i][j].second, &b.top[i][j].second, 1))
+        return ::testing::AssertionFailure() << "top logprobs differ at " << i;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class PrefixCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = test::temp_dir("prefix_cache_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+  }
+  std::shared_ptr<PrefixCache> make_cache(bool with_dir, int64_t every = 2) {
+    CacheConfig c;
+    c.store.dir = with_dir ? dir_ : "";
+    c.store.writer_thread = true;
+    c.checkpoint_every_blocks = every;
+    return std::make_shared<PrefixCache>(small_block_model(), c);
+  }
+  static EngineConfig engine_config(std::shared_ptr<PrefixCache> cache, int64_t chunk = 2048) {
+    EngineConfig c;
+    c.pool = {8, 64};
+    c.scheduler.max_num_batched_tokens = chunk;
+    c.cache = std::move(cache);
+    return c;
+  }
+  // One request on its own engine.
+  static Completion complete(const std::vector<int32_t>& prompt, const SamplingParams& p,
+                             std::shared_ptr<PrefixCache> cache, const CacheOptions& opts = {}) {
+    Engine e(small_block_model(), engine_config(std::move(cache)));
+    e.add_request("r", prompt, p, opts);
+    return run(e)["r"];
+  }
+  std::string dir_;
+};
+
+TEST_F(PrefixCacheTest, AHitGivesTheColdTokensAndLogprobsAtEveryLengthAroundBlockBoundaries) {
+  const int64_t B = small_block_model().state_layout().block_tokens;
+  ASSERT_EQ(B, 16);
+  auto cache = make_cache(false);
+  const int64_t stride = test::kSanitized ? 3 : 1;
+  for (int64_t len = 1; len <= 5 * B + 2; len += (len % B == 0 || len % B == B - 1 || len % B == 1) ? 1 : stride * 5) {
+    for (bool greedy : {true, false}) {
+      SCOPED_TRACE("prompt of " + std::to_string(len) + (greedy ? " greedy" : " sampled"));
+      const std::vector<int32_t> prompt = test::token_ids(len, 7);
+      const Completion cold = complete(prompt, sampled(6, greedy), nullptr);
+      const Completion first = complete(prompt, sampled(6, greedy), cache);
+      const Completion hit = complete(prompt, sampled(6, greedy), cache);
+      EXPECT_TRUE(same(cold, first));
+      EXPECT_TRUE(same(cold, hit));
+      // The prompt's last block boundary short of its end was saved: a repeat resumes there.
+      EXPECT_EQ(hit.cached_tokens, (len - 1) / B * B);
+    }
+  }
+  const PrefixCacheStats st = cache->stats();
+  EXPECT_GT(st.hits, 0);
+  EXPECT_GT(st.hit_tokens[static_cast<size_t>(Tier::Host)], 0);
+  EXPECT_EQ(st.restore_failures, 0);
+}
+
+TEST_F(PrefixCacheTest, AFollowUpTurnResumesWhereTheLastReplyEnded) {
+  auto cache = make_cache(false);
+  const std::vector<int32_t> turn1 = test::token_ids(37, 3);
+  const Completion reply = complete(turn1, sampled(40, false), cache);
+  // The next turn: the whole history plus a new message.
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), reply.tokens.begin(), reply.tokens.end());
+  const std::vector<int32_t> more = test::token_ids(9, 4);
+  turn2.insert(turn2.end(), more.begin(), more.end());
+  const Completion cold = complete(turn2, sampled(8, false), nullptr);
+  const Completion hit = complete(turn2, sampled(8, false), cache);
+  EXPECT_TRUE(same(cold, hit));
+  // Decode passed boundaries 48, 64; the history's 37 + 40 = 77 tokens were computed up to 76: the last boundary
+  // decode reached is 64.
+  EXPECT_EQ(hit.cached_tokens, 64);
+}
+
+TEST_F(PrefixCacheTest, ARestartedEngineHitsWhatTheLastOneSavedInItsDirectory) {
+  const std::vector<int32_t> prompt = test::token_ids(70, 11);
+  const Completion cold = complete(prompt, sampled(5, false), nullptr);
+  {
+    auto cache = make_cache(true);
+    complete(prompt, sampled(5, false), cache);
+    cache->store().flush();
+  }
+  auto restarted = make_cache(true);
+  EXPECT_GT(restarted->stats().store.disk.entries, 0);
+  const Completion hit = complete(prompt, sampled(5, false), restarted);
+  EXPECT_EQ(hit.cached_tokens, 64);
+  EXPECT_TRUE(same(cold, hit));
+  EXPECT_EQ(restarted->stats().hit_tokens[static_cast<size_t>(Tier::Disk)], 64);
+}
+
+TEST_F(PrefixCacheTest, ARequestSharesTheBlocksOfARunningOneWithTheSamePrefix) {
+  auto cache = make_cache(false, 2);
+  const std::vector<int32_t> shared = test::token_ids(80, 21);
+  std::vector<int32_t> a = shared, b = shared;
+  for (int32_t t : test::token_ids(10, 22)) a.push_back(t);
+  for (int32_t t : test::token_ids(12, 23)) b.push_back(t);
+  const Completion cold_b = complete(b, sampled(6, false), nullptr);
+  // Chunks of 32 tokens: a reaches its checkpoint at 32 in the first step and stays in the engine while b arrives.
+  Engine e(small_block_model(), engine_config(cache, 32));
+  e.add_request("a", a, sampled(6, false));
+  for (int i = 0; i < 2; ++i) e.step();
+  e.add_request("b", b, sampled(6, false));
+  const auto out = run(e);
+  EXPECT_TRUE(same(cold_b, out.at("b")));
+  EXPECT_GE(out.at("b").cached_tokens, 32);
+  EXPECT_GT(cache->stats().hit_tokens[static_cast<size_t>(Tier::Gpu)], 0) << "no block was shared from the pool";
+  EXPECT_EQ(e.stats().used_blocks, 0);
+}
+
+TEST_F(PrefixCacheTest, ScopesIsolateTenantsAndCachingCanBeTurnedOffPerRequest) {
+  auto cache = make_cache(false);
+  const std::vector<int32_t> prompt = test::token_ids(50, 31);
+  complete(prompt, sampled(3, true), cache, {true, "key:alice", 0});
+  EXPECT_EQ(complete(prompt, sampled(3, true), cache, {true, "key:bob", 0}).cached_tokens, 0);
+  EXPECT_EQ(complete(prompt, sampled(3, true), cache, {true, "", 0}).cached_tokens, 0);
+  EXPECT_EQ(complete(prompt, sampled(3, true), cache, {false, "key:alice", 0}).cached_tokens, 0);
+  EXPECT_EQ(complete(prompt, sampled(3, true), cache, {true, "key:alice", 0}).cached_tokens, 48);
+}
+
+TEST_F(PrefixCacheTest, AMissingBlockOrDamagedRowsFallBackToComputing) {
+  auto cache = make_cache(true);
+  const std::vector<int32_t> prompt = test::token_ids(60, 41);
+  const Completion cold = complete(prompt, sampled(4, false), nullptr);
+  complete(prompt, sampled(4, false), cache);
+  cache->store().flush();
+  // Damage every rows file on disk, then read through a cache with no host memory.
+  for (const auto& f : fs::recursive_directory_iterator(cache->store().model_dir()))
+    if (f.is_regular_file() && f.path().filename().string()[0] == 'r') {
+      std::fstream s(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+      s.seekp(static_cast<std::streamoff>(kEntryHeaderBytes) + 20);
+      s.put('\x7f');
+    }
+  CacheConfig c;
+  c.store.dir = dir_;
+  c.store.host_bytes = 0;
+  c.checkpoint_every_blocks = 2;
+  auto cold_cache = std::make_shared<PrefixCache>(small_block_model(), c);
+  const Completion again = complete(prompt, sampled(4, false), cold_cache);
+  EXPECT_TRUE(same(cold, again));
+  EXPECT_EQ(again.cached_tokens, 0);
+  EXPECT_GT(cold_cache->stats().store.corrupt_files, 0);
+}
+
+}  // namespace
+}  // namespace strata::cache
