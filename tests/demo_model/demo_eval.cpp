@@ -49,6 +49,7 @@ struct Options {
   int64_t answers = -1;          // answer checks to run, spread evenly over the set (-1: all)
   int64_t others_per_kind = -1;  // checks of each other kind to run (-1: all)
   double min_answer_accuracy = 0.9, min_other_accuracy = 0.8;
+  double min_exact_accuracy = 0;  // bar for exact replies over every check of every kind (0: reported only)
   bool skip_if_absent = false;
 };
 
@@ -65,6 +66,8 @@ options:
   --min-answer-accuracy X     bar for the answer checks (default 0.9)
   --min-other-accuracy X      bar for each other kind (default 0.8): thinking and tool_result exact; json and
                               tool_call well-formed (a JSON object with "answer"; a parsed call, JSON-object arguments)
+  --min-exact-accuracy X      bar for exact replies over all checks of every kind together (default 0: only
+                              reported); json and tool_call count here only when exact
   --skip-if-absent            exit 77 (skipped) when the model directory does not exist
 )";
 
@@ -117,6 +120,8 @@ Options parse_options(int argc, char** argv) {
       o.min_answer_accuracy = fraction(i);
     } else if (a == "--min-other-accuracy") {
       o.min_other_accuracy = fraction(i);
+    } else if (a == "--min-exact-accuracy") {
+      o.min_exact_accuracy = fraction(i);
     } else if (a == "--skip-if-absent") {
       o.skip_if_absent = true;
     } else {
@@ -422,6 +427,22 @@ int run(const Options& o) {
       group_line("arithmetic (add, sub, mul)", arithmetic);
       group_line("facts (capital, unit)", facts);
     }
+  }
+  {
+    // Every check of every kind, exact (a well-formed but wrong JSON answer or tool call counts as a miss here).
+    int64_t right = 0, total = 0;
+    for (const auto& [kind, t] : by_kind) {
+      right += t.right;
+      total += t.total;
+    }
+    const double exact = total ? static_cast<double>(right) / static_cast<double>(total) : 0.0;
+    const bool met = exact >= o.min_exact_accuracy;
+    if (!met) below += (below.empty() ? "" : ", ") + std::string("exact overall");
+    char line[200];
+    std::snprintf(line, sizeof line, "  %-12s %4lld / %-4lld = %5.1f%%  (bar %.0f%%)%s\n", "all, exact",
+                  static_cast<long long>(right), static_cast<long long>(total), 100 * exact, 100 * o.min_exact_accuracy,
+                  met ? "" : "  BELOW THE BAR");
+    std::cout << line;
   }
   if (below.empty()) {
     std::cout << "demo eval: PASS" << std::endl;

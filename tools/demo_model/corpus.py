@@ -39,8 +39,8 @@ and corpus_stats.json.
 
 usage: python3 tools/demo_model/corpus.py --out DIR [--seed 0] [--train-lines 250000]
        [--train-seed N] [--task-weights add=..,sub=..,mul=..,capital=..,unit=..] [--suffix-none P]
-       [--extra-suffixes P] [--exclude-train EARLIER_RUN/train.jsonl ...]
-(the last four before --exclude-train change the training split only, e.g. for a resumed run; held-out lines and the evaluation set
+       [--extra-suffixes P] [--free-phrasing P] [--exclude-train EARLIER_RUN/train.jsonl ...]
+(the last five before --exclude-train change the training split only, e.g. for a resumed run; held-out lines and the evaluation set
 depend on --seed alone)
 """
 import argparse
@@ -266,6 +266,101 @@ _MORE_REMARKS = [" No rush.", " It's for my kid.", " My teacher asked.", " Doubl
                  " Skip the details.", " Don't explain.", " Numbers only if it's a number.", " I'll wait."]
 EXTRA_SUFFIXES = (_MORE_REMARKS + _MORE_THANKS + [a + t for a in _MORE_REMARKS + _BRIEF + _REMARKS for t in _MORE_THANKS]
                   + [a + t for a in _MORE_REMARKS for t in _THANKS])
+# Free phrasing (issue 19; corpus.py --free-phrasing P, training split only, like EXTRA_SUFFIXES): people do not
+# ask in the templates above. A free-phrased training question may take a reworded core from EXTRA_CORES, writes
+# numbers as words ("twenty-three", "forty five", "three hundred and twelve"), country names in lower, upper or
+# mixed case, and gets case and punctuation noise; JSON, thinking and tool requests get more instruction phrasings.
+# None of this is drawn for held-out lines or the evaluation sets, so those stay what they were.
+EXTRA_CORES = {
+    "add": [("{a} and {b} added", "Q"), ("Sum of {a} and {b}", "Q"), ("{a} plus {b}, what's that", "Q"),
+            ("What do I get adding {a} and {b}", "Q"), ("Put {a} and {b} together", "I"),
+            ("How much is {a} and {b}", "Q"), ("Combine {a} and {b}", "I"), ("What is {a} + {b} altogether", "Q"),
+            ("{a} added to {b} makes", "N"), ("What's the total when you add {a} and {b}", "Q"),
+            ("{a} + {b} please", "N"), ("How much are {a} and {b} together", "Q"), ("{a} with {b} added on", "Q"),
+            ("Add {a} plus {b}", "I"), ("What's {b} added onto {a}", "Q"), ("{a} and {b}, summed up", "Q"),
+            ("How much is {b} more than {a}", "Q"), ("Start at {a} and add {b}", "I"), ("{a} plus {b} gives", "N"),
+            ("What is {a} + {b} then", "Q")],
+    "sub": [("How much bigger is {a} than {b}", "Q"), ("How much more is {a} than {b}", "Q"),
+            ("How many more is {a} than {b}", "Q"), ("By how much does {a} exceed {b}", "Q"),
+            ("How much larger is {a} than {b}", "Q"), ("What is the gap between {a} and {b}", "Q"),
+            ("How far is {b} from {a}", "Q"), ("{a} is how much more than {b}", "Q"), ("{a} take {b}", "Q"),
+            ("Remove {b} from {a}", "I"), ("What's left after taking {b} from {a}", "Q"),
+            ("{a} subtract {b}", "Q"), ("{a} minus {b} is how much", "Q"), ("How much is {b} less than {a}", "Q"),
+            ("How much smaller is {b} than {a}", "Q"), ("How much less is {b} than {a}", "Q"),
+            ("Start at {a} and take off {b}", "I"), ("{a} with {b} removed", "Q"), ("Subtract {b} off {a}", "I"),
+            ("What's {a} minus {b} then", "Q"), ("Difference of {a} and {b}", "Q"),
+            ("{b} subtracted from {a} gives", "N")],
+    "mul": [("{a} multiplied with {b}", "Q"), ("{a} sets of {b}", "Q"), ("{a} times {b} makes", "N"),
+            ("Multiply {a} and {b} together", "I"), ("Product of {a} and {b}", "Q"),
+            ("{a} multiplied by {b} is how much", "Q"), ("What do {a} and {b} multiply to", "Q"),
+            ("{a} and {b} multiplied", "Q"), ("Times {a} by {b}", "I"), ("What's {a} multiplied by {b}", "Q"),
+            ("{a} groups of {b} is how many", "Q"), ("How much is {a} x {b}", "Q"), ("{a} x {b} = ?", "N"),
+            ("What are {a} times {b}", "Q"), ("{a} times {b}, what's that", "Q"), ("Multiply {b} and {a}", "I"),
+            ("The product of {a} times {b}", "Q"), ("{a} rows of {b} make", "N")],
+    "capital": [("{c} capital city", "Q"), ("Capital city of {c}", "Q"), ("Where is the capital of {c}", "Q"),
+                ("What's {c}'s capital city", "Q"), ("{c} -> capital", "Q"), ("Capital of {c} is", "N"),
+                ("Which city is the seat of government of {c}", "Q"), ("The capital city of {c} please", "N"),
+                ("Whats the capital of {c}", "Q"), ("capital for {c}", "Q"), ("{c}, capital", "Q"),
+                ("What city is the capital in {c}", "Q"), ("Which town is the capital of {c}", "Q"),
+                ("Main city of government in {c}", "Q"), ("Tell me {c}'s capital city", "I"),
+                ("{c} has its capital where", "Q"), ("Capital? {c}", "Q"), ("Name of {c}'s capital", "Q")],
+    "unit": [("{small} in {big}", "Q"), ("How many {small} per {one}", "Q"), ("How many {small} does one {one} have", "Q"),
+             ("Number of {small} in one {one}", "Q"), ("{small} in a single {one}", "Q"), ("One {one} = ? {small}", "N"),
+             ("How many {small} to {big}", "Q"), ("How many {small} in one {one}", "Q"),
+             ("One {one} is how many {small}", "Q"), ("{small} per {one}", "Q"), ("How many {small} make up {big}", "Q"),
+             ("How many {small} are there in one {one}", "Q"), ("{Big} has how many {small} in it", "Q"),
+             ("Tell me the {small} in {big}", "I"), ("Count of {small} in {big}", "Q"), ("1 {one} in {small}", "Q")],
+    "convert": [("{v} {bigs} to {small}", "Q"), ("{v} {bigs} into {small}", "Q"), ("Convert {v} {bigs} in {small}", "I"),
+                ("How many {small} are {v} {bigs}", "Q"), ("What's {v} {bigs} in {small}", "Q"),
+                ("Turn {v} {bigs} to {small}", "I"), ("{v} {bigs} = ? {small}", "N")],
+}
+EXTRA_JSON_INSTRUCTIONS = ["Format the answer as JSON.", "Give me JSON.", "JSON please.", "Output JSON.",
+                           'Return {"answer": ...} as JSON.', "Answer as a JSON object.", "Reply in JSON format.",
+                           "Use JSON for the answer.", "json only", "Put the answer in a JSON object.",
+                           'Respond with JSON: {"answer": ...}', "Machine-readable JSON, please.",
+                           "I need the answer as json.", "Send it back as JSON."]
+JSON_LEADS = ["In JSON: ", "JSON: ", "Answer in JSON. ", "As JSON, ", "json please: "]
+THINK_INSTRUCTIONS = [" Think step by step.", " Show your work.", " Reason it through first.", " Explain your steps.",
+                      " Walk me through it.", " Think it over.", " Work it out step by step.", " Show the steps."]
+EXTRA_TOOL_NUDGES = [" Use your tools.", " Feel free to use a function.", " Tools are available.",
+                     " Please call a function for this.", " Don't work it out yourself, use the tool.",
+                     " Look it up with a tool.", " Use a function call.", " The tools can do this."]
+
+_ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+         "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
+_TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+
+
+def number_words(n, hyphen=True, and_=True):
+    """0-999 in English words: 23 -> "twenty-three" ("twenty three" without hyphen), 312 -> "three hundred and
+    twelve" ("three hundred twelve" without and_)."""
+    if n < 20:
+        return _ONES[n]
+    if n < 100:
+        return _TENS[n // 10] + (("-" if hyphen else " ") + _ONES[n % 10] if n % 10 else "")
+    rest = n % 100
+    head = _ONES[n // 100] + " hundred"
+    return head + ((" and " if and_ else " ") + number_words(rest, hyphen) if rest else "")
+
+
+def parse_number_words(text):
+    """The inverse of number_words (any case, hyphens or spaces, "and" optional); None if it is not one."""
+    words = [w for w in text.casefold().replace("-", " ").split() if w != "and"]
+    value, cur = 0, None
+    for w in words:
+        if w in _ONES:
+            cur = (cur or 0) + _ONES.index(w)
+        elif w in _TENS[2:]:
+            cur = (cur or 0) + 10 * _TENS.index(w)
+        elif w == "hundred" and cur is not None and 0 < cur < 10:
+            value, cur = cur * 100, None
+        else:
+            return None
+    if cur is None and value == 0:
+        return None
+    return value + (cur or 0)
+
+
 # (training parts, held-out parts): held-out parts never occur in training text (test_demo_model.py checks).
 OPENERS = (OPENER_SINGLES + OPENER_COMBOS,
            ["Quick question: ", "Just wondering, ", "Riddle me this: ", "Pop quiz: ", "Greetings! ", "Yo, ",
@@ -279,7 +374,8 @@ PART_WEIGHTS = {"opener_none": 0.40, "opener_combo": 0.30, "suffix_none": 0.40, 
                 "casing": [0.7, 0.15, 0.15]}
 
 
-TRAIN_CORES = {kind: {c for c, _ in cores[0]} for kind, cores in CORES.items()}
+TRAIN_CORES = {kind: {c for c, _ in cores[0]} | {c for c, _ in EXTRA_CORES.get(kind, [])}
+               for kind, cores in CORES.items()}
 TRAIN_OPENERS, TRAIN_SUFFIXES = set(OPENERS[0]) | {""}, set(SUFFIXES[0]) | set(EXTRA_SUFFIXES) | {""}
 
 
@@ -418,7 +514,8 @@ def fact_reasoning(task, item):
 class Sampler:
     """Draws examples of one split. All randomness goes through self.rng, so a seed fixes the output."""
 
-    def __init__(self, split, seed, heldout_frac, phrasing_frac=0.2, suffix_none=None, extra_suffixes=0.0):
+    def __init__(self, split, seed, heldout_frac, phrasing_frac=0.2, suffix_none=None, extra_suffixes=0.0,
+                 free_phrasing=0.0):
         self.split = split
         self.heldout = split != "train"
         self.rng = random.Random(f"{seed}:{split}")
@@ -428,6 +525,10 @@ class Sampler:
         self.suffix_none = PART_WEIGHTS["suffix_none"] if suffix_none is None else suffix_none
         # the share of suffixed training questions whose suffix is drawn from EXTRA_SUFFIXES instead
         self.extra_suffixes = 0.0 if self.heldout else extra_suffixes
+        # the share of training questions phrased freely (EXTRA_CORES, numbers as words, case and punctuation noise)
+        self.free_phrasing = 0.0 if self.heldout else free_phrasing
+        self.line_free = None  # the free phrasing of the line being drawn (its "free" record)
+        self.free = None  # the free phrasing of the question being drawn: None, or what it changed (see free_draw)
 
     # -- pieces ----------------------------------------------------------------------------------------
     def template(self, kind):
@@ -437,6 +538,9 @@ class Sampler:
         rng = self.rng
         train_cores, held_cores = CORES[kind]
         route = rng.random() if self.heldout else 1.0
+        if self.free is not None and kind in EXTRA_CORES and rng.random() < 0.5:  # no draw when free phrasing is off
+            train_cores = EXTRA_CORES[kind]
+            self.free["families"].append("core")
         while True:
             core, sentence = rng.choice(held_cores if route < 0.4 else train_cores)
             opener = self.part(OPENER_SINGLES, OPENER_COMBOS, PART_WEIGHTS["opener_none"], PART_WEIGHTS["opener_combo"])
@@ -488,23 +592,100 @@ class Sampler:
     # -- questions -------------------------------------------------------------------------------------
     def question(self, task, with_tool=False, thinking=False):
         """(question text, answer value, reasoning text, item, phrasing) for one task."""
+        self.free_draw()
         if task in OPS:
             a, b = self.pair(task, with_tool, thinking)
             t, phrasing = self.template(task)
-            return t.format(a=a, b=b), arithmetic(task, a, b), arithmetic_reasoning(task, a, b), (a, b), phrasing
+            fa, fb = self.number(a), self.number(b)
+            reasoning = arithmetic_reasoning(task, a, b)
+            spelled = [f"{w.lower()} is {n}" for w, n in ((fa, a), (fb, b)) if w != str(n)]
+            if spelled:  # numbers written as words: the reasoning first states them in digits
+                reasoning = "In digits, " + " and ".join(spelled) + ". " + reasoning
+            text = self.noise(t.format(a=fa, b=fb))
+            return text, arithmetic(task, a, b), reasoning, (a, b), phrasing
         if task == "capital":
             item = self.rng.choice(CAPITALS)
             t, phrasing = self.template("capital")
-            return t.format(c=item[0]), item[1], fact_reasoning(task, item), item, phrasing
+            return self.noise(t.format(c=self.country(item[0]))), item[1], fact_reasoning(task, item), item, phrasing
         item = self.rng.choice(UNITS)
         big, _, _, smalls, factor = item
         t, phrasing = self.template("unit")
-        text = t.format(small=smalls, big=big, Big=big[0].upper() + big[1:])
+        text = self.noise(t.format(small=smalls, big=big, Big=big[0].upper() + big[1:], one=unit_name(big)))
         return text, factor, fact_reasoning(task, item), item, phrasing
+
+    # -- free phrasing (training only, --free-phrasing) --------------------------------------------------
+    def free_draw(self):
+        """Decides whether the next question is phrased freely; draws nothing when free phrasing is off."""
+        self.free = None
+        if self.free_phrasing and self.rng.random() < self.free_phrasing:
+            self.free = {"families": [], "numbers": []}
+
+    def number(self, n):
+        """An operand as written: digits, or (free phrasing, 60%) words in one of four spellings."""
+        if self.free is None or self.rng.random() >= 0.6:
+            return str(n)
+        words = number_words(n, hyphen=self.rng.random() < 0.6, and_=self.rng.random() < 0.5)
+        if self.rng.random() < 0.15:
+            words = words[0].upper() + words[1:]
+        self.free["families"].append("words")
+        self.free["numbers"].append([words, n])
+        return words
+
+    def country(self, name):
+        """A country as written: as is, or (free phrasing, 50%) lower case (60%), upper case or mixed case."""
+        if self.free is None or self.rng.random() >= 0.5:
+            return name
+        r = self.rng.random()
+        self.free["families"].append("country_case")
+        if r < 0.6:
+            return name.lower()
+        if r < 0.8:
+            return name.upper()
+        return "".join(ch.upper() if self.rng.random() < 0.5 else ch.lower() for ch in name)
+
+    def noise(self, text):
+        """Case noise (50%) and punctuation noise (50%) on a free-phrased question, values included."""
+        if self.free is None:
+            return text
+        rng = self.rng
+        if rng.random() < 0.5:
+            self.free["families"].append("case")
+            r = rng.random()
+            if r < 0.4:
+                text = text.lower()
+            elif r < 0.6:
+                text = text.upper()
+            elif r < 0.8:
+                text = " ".join(w.capitalize() if rng.random() < 0.5 else w for w in text.split(" "))
+            else:
+                text = text[:1].swapcase() + text[1:]
+        if rng.random() < 0.5:
+            self.free["families"].append("punctuation")
+            r = rng.random()
+            if r < 0.3:  # no punctuation at all
+                text = "".join(ch for ch in text if ch not in "?.!,:;")
+            elif r < 0.5:
+                text = text.rstrip("?.! ") + rng.choice(["??", "?!", "???", " ?", "...", "!!", "?.."])
+            elif r < 0.65:
+                text = text.replace(", ", ",").replace(". ", ".")
+            elif r < 0.8:
+                words = text.split(" ")
+                i = rng.randrange(len(words))
+                words[i] += " "
+                text = " ".join(words)
+            else:
+                text = " ".join(text.split()).rstrip("?.!") + rng.choice([" pls", " plz", " thx", " ty", " :)", ""])
+        return text
+
+    def free_record(self):
+        """What the free phrasing of the last question changed (for the corpus line), or None."""
+        return None if self.free is None else {"families": sorted(set(self.free["families"])),
+                                               "numbers": self.free["numbers"]}
 
     # -- modes -----------------------------------------------------------------------------------------
     def plain(self, task):
         text, answer, _, item, phrasing = self.question(task)
+        self.line_free = self.free_record()
         messages = self.base_messages()
         if self.rng.random() < 0.08:  # a short history: the model must answer the last question
             prev_task = self.rng.choice(["add", "sub", "mul", "capital", "unit"])
@@ -515,19 +696,34 @@ class Sampler:
 
     def json_answer(self, task):
         text, answer, _, item, phrasing = self.question(task)
+        self.line_free = self.free_record()
         request = {"messages": self.base_messages()}
         if self.rng.random() < 0.6:
             request["response_format"] = {"type": "json_object"}
             if self.rng.random() < 0.3:
-                text += " " + self.rng.choice(JSON_INSTRUCTIONS)
+                text = self.json_instruction(text)
         else:
-            text += " " + self.rng.choice(JSON_INSTRUCTIONS)
+            text = self.json_instruction(text)
         request["messages"].append({"role": "user", "content": text})
         reply = {"role": "assistant", "content": json.dumps({"answer": answer}, ensure_ascii=False)}
         return request, reply, answer, item, phrasing
 
+    def json_instruction(self, text):
+        """The question with a request for JSON in words: one of JSON_INSTRUCTIONS after it, or for a free-phrased
+        question (70%) one of EXTRA_JSON_INSTRUCTIONS after it or (30% of those) one of JSON_LEADS before it."""
+        if self.free is None or self.rng.random() >= 0.7:
+            return text + " " + self.rng.choice(JSON_INSTRUCTIONS)
+        self.line_free["families"].append("json_words")
+        if self.rng.random() < 0.3:
+            return self.rng.choice(JSON_LEADS) + text
+        return text + " " + self.rng.choice(EXTRA_JSON_INSTRUCTIONS)
+
     def thinking(self, task):
         text, answer, reasoning, item, phrasing = self.question(task, thinking=True)
+        self.line_free = self.free_record()
+        if self.free is not None and self.rng.random() < 0.5:
+            text += self.rng.choice(THINK_INSTRUCTIONS)
+            self.line_free["families"].append("think_words")
         request = {"messages": self.base_messages() + [{"role": "user", "content": text}],
                    "chat_template_kwargs": {"thinking": True}}
         reply = {"role": "assistant", "reasoning_content": reasoning, "content": str(answer)}
@@ -535,25 +731,32 @@ class Sampler:
 
     def tool_turns(self, task):
         """The two examples of one tool conversation: the call, and the answer after the tool's result."""
+        self.free_draw()
         if task in OPS:
             a, b = self.pair(task, with_tool=True)
             t, phrasing = self.template(task)
-            text = t.format(a=a, b=b)
+            text = t.format(a=self.number(a), b=self.number(b))
             name, args, result = "calculator", {"expression": f"{a} {OPS[task]} {b}"}, arithmetic(task, a, b)
             item = (a, b)
         elif task == "capital":
             country, capital = self.rng.choice(CAPITALS)
             t, phrasing = self.template("capital")
-            text = t.format(c=country)
+            text = t.format(c=self.country(country))
             name, args, result = "get_capital", {"country": country}, capital
             item = (country, capital)
         else:
             big, bigs, small, smalls, factor, v = self.conversion()
             item = (UNITS.index((big, bigs, small, smalls, factor)), v)
             t, phrasing = self.template("convert")
-            text = t.format(v=v, bigs=bigs, small=smalls)
+            text = t.format(v=self.number(v), bigs=bigs, small=smalls)
             name, args, result = "convert_units", {"value": v, "from_unit": unit_name(big), "to_unit": small}, v * factor
-        text += self.rng.choice(TOOL_NUDGES)
+        text = self.noise(text)
+        self.line_free = self.free_record()
+        if self.free is not None and self.rng.random() < 0.5:
+            text += self.rng.choice(EXTRA_TOOL_NUDGES)
+            self.line_free["families"].append("tool_words")
+        else:
+            text += self.rng.choice(TOOL_NUDGES)
         others = [t for t in TOOLS if t != name]
         chosen = [name] + self.rng.sample(others, self.rng.randint(0, len(others)))
         self.rng.shuffle(chosen)
@@ -580,8 +783,12 @@ class Sampler:
     def lines(self, task, mode):
         """One or two corpus lines (a tool conversation gives two)."""
         def line(request, reply, answer, item, phrasing, line_mode):
-            return {"request": request, "reply": reply, "task": task, "mode": line_mode, "answer": answer,
-                    "item": list(item), "phrasing": phrasing, "split": self.split}
+            out = {"request": request, "reply": reply, "task": task, "mode": line_mode, "answer": answer,
+                   "item": list(item), "phrasing": phrasing, "split": self.split}
+            if self.line_free is not None:  # a free-phrased question: what its phrasing changed
+                out["free"] = self.line_free
+            return out
+        self.line_free = None
         if mode == "plain":
             return [line(*self.plain(task), "plain")]
         if mode == "json":
@@ -769,12 +976,16 @@ def main():
                          "evaluation set avoids its texts as well")
     ap.add_argument("--extra-suffixes", type=float, default=0.0,
                     help="share of suffixed training questions whose suffix comes from EXTRA_SUFFIXES (default 0)")
+    ap.add_argument("--free-phrasing", type=float, default=0.0,
+                    help="share of training questions phrased freely: reworded cores (EXTRA_CORES), numbers as "
+                         "words, country names in any case, case and punctuation noise, more JSON / thinking / tool "
+                         "instructions (default 0; issue 19)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     train_seed = args.seed if args.train_seed is None else args.train_seed
     task_weights = parse_task_weights(args.task_weights) if args.task_weights else None
     train = generate_split(Sampler("train", train_seed, args.heldout_frac, args.phrasing_frac, args.suffix_none,
-                                   args.extra_suffixes), args.train_lines, task_weights)
+                                   args.extra_suffixes, args.free_phrasing), args.train_lines, task_weights)
     heldout = generate_split(Sampler("heldout", args.seed, args.heldout_frac, args.phrasing_frac), args.heldout_lines)
     evals = eval_lines(args.seed, args.heldout_frac, args.phrasing_frac)
     seen_in_training = training_texts(train)
@@ -794,6 +1005,8 @@ def main():
     summary = {"seed": args.seed, "train_seed": train_seed, "task_weights": task_weights or TASK_WEIGHTS,
                "train_suffix_none": args.suffix_none if args.suffix_none is not None else PART_WEIGHTS["suffix_none"],
                "train_extra_suffixes": args.extra_suffixes,
+               "train_free_phrasing": args.free_phrasing,
+               "train_free_families": dict(collections.Counter(f for l in train for f in l.get("free", {}).get("families", []))),
                "heldout_frac": args.heldout_frac, "phrasing_frac": args.phrasing_frac,
                "eval_answers_held_out_by": dict(collections.Counter(
                    l["held_out_by"] for l in evals if l["kind"] == "answer")),

@@ -14,7 +14,7 @@
 #             pieces, so it fits the device's limits on returned files); done even when a step fails, so the
 #             logs come back. Reassemble with: cat DIR/demo_model.tgz.part* | tar xz -C DEST
 # --smoke:    a 2-minute rehearsal of every step (small corpus, 30 s of training); the numbers mean nothing.
-# --train-seed N, --task-weights SPEC, --suffix-none P, --extra-suffixes P: go to corpus.py (the training split only; held-out lines
+# --train-seed N, --task-weights SPEC, --suffix-none P, --extra-suffixes P, --free-phrasing P: go to corpus.py (the training split only; held-out lines
 #             and the evaluation set stay those of --seed 0).
 # --init-from DIR (train.py): start from an exported checkpoint folder, e.g. an earlier run's model/ carried as
 #             .deps/demo_run3 (git-ignored); checked here before anything else runs.
@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --pack) pack=${2:?--pack needs a folder}; shift 2 ;;
     --smoke) smoke=1; shift ;;
-    --train-seed|--task-weights|--suffix-none|--extra-suffixes) corpus_args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
+    --train-seed|--task-weights|--suffix-none|--extra-suffixes|--free-phrasing) corpus_args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
     --init-from) init_from=${2:?--init-from needs a folder}; train_args+=("$1" "$2"); shift 2 ;;
     *) train_args+=("$1"); shift ;;
   esac

@@ -9,6 +9,7 @@ no head.weight, I32 tid2eid, official names). Tests needing .deps/ files or a st
 (STRATA_BIN picks the binary; default build/strata).
 """
 import array
+import collections
 import json
 import math
 import os
@@ -24,6 +25,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import corpus  # noqa: E402
+import freeform_eval  # noqa: E402
 import make_tokenizer  # noqa: E402
 import model_config as mc  # noqa: E402
 import render  # noqa: E402
@@ -103,7 +105,9 @@ class CorpusTest(unittest.TestCase):
         training text around a question (suffixes, cores, nudges, instructions) contains a held-out suffix, and no
         part is both. Enough parts that an unseen one is an ordinary event."""
         train_text = [t.lower() for t in corpus.SUFFIXES[0] + corpus.EXTRA_SUFFIXES + corpus.OPENERS[0] + corpus.TOOL_NUDGES +
-                      corpus.JSON_INSTRUCTIONS + [c for cores in corpus.CORES.values() for c, _ in cores[0]]]
+                      corpus.JSON_INSTRUCTIONS + [c for cores in corpus.CORES.values() for c, _ in cores[0]] +
+                      corpus.EXTRA_JSON_INSTRUCTIONS + corpus.JSON_LEADS + corpus.THINK_INSTRUCTIONS +
+                      corpus.EXTRA_TOOL_NUDGES + [c for cores in corpus.EXTRA_CORES.values() for c, _ in cores]]
         for o in corpus.OPENERS[1]:
             self.assertNotIn(o, corpus.OPENERS[0])
             self.assertFalse([t for t in corpus.OPENERS[0] if t.lower().startswith(o.lower().strip())], o)
@@ -113,6 +117,7 @@ class CorpusTest(unittest.TestCase):
             self.assertFalse([t for t in train_text if suffix.lower().strip() in t], suffix)
         for kind, (train, held) in corpus.CORES.items():
             self.assertFalse({c for c, _ in train} & {c for c, _ in held}, kind)
+            self.assertFalse({c for c, _ in corpus.EXTRA_CORES.get(kind, [])} & {c for c, _ in train + held}, kind)
             self.assertGreaterEqual(len(train), 18 if kind == "convert" else 29, kind)
             self.assertGreaterEqual(len(held), 3 if kind == "convert" else 6, kind)
         self.assertGreaterEqual(len(set(corpus.OPENERS[0])), 100)
@@ -259,6 +264,185 @@ class ResumedCorpusTest(unittest.TestCase):
                          json.dumps(CORPUS["eval"], sort_keys=True))
         with self.assertRaises(ValueError):
             corpus.parse_task_weights("add=1,sub=1")
+
+
+class FreePhrasingCorpusTest(unittest.TestCase):
+    """corpus.py --free-phrasing (issue 19): reworded cores, numbers as words, country names in any case, case and
+    punctuation noise, more JSON / thinking / tool instructions, in training lines only; the held-out rules hold, the
+    answers, reasoning steps and tool arguments stay right, and the held-out lines and evaluation sets do not move."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.lines = corpus.generate_split(corpus.Sampler("train", 3, 0.1, 0.2, free_phrasing=0.5), 4000)
+
+    def test_number_words(self):
+        self.assertEqual(corpus.number_words(23), "twenty-three")
+        self.assertEqual(corpus.number_words(45, hyphen=False), "forty five")
+        self.assertEqual(corpus.number_words(312), "three hundred and twelve")
+        self.assertEqual(corpus.number_words(700, and_=False), "seven hundred")
+        for n in range(1000):
+            for hyphen in (True, False):
+                for and_ in (True, False):
+                    w = corpus.number_words(n, hyphen, and_)
+                    self.assertEqual(corpus.parse_number_words(w.upper()), n, w)
+                    self.assertTrue(freeform_eval.spelled_in(n, w), w)  # the eval set's own reader agrees
+
+    def test_families_drawn(self):
+        families = collections.Counter(f for l in self.lines for f in l.get("free", {}).get("families", []))
+        for f in ("core", "words", "country_case", "case", "punctuation", "json_words", "think_words", "tool_words"):
+            self.assertGreater(families[f], 10, (f, families))
+        free = sum("free" in l for l in self.lines) / len(self.lines)
+        self.assertTrue(0.4 < free < 0.6, free)
+
+    def test_split_rules_and_answers(self):
+        held_suffixes = [s.lower().strip() for s in corpus.SUFFIXES[1]]
+        held_openers = [o.lower().strip() for o in corpus.OPENERS[1]]
+        held_cores = [template_regex(c.lower(), anchored=False) for cores in corpus.CORES.values() for c, _ in cores[1]]
+        for line in self.lines:
+            self.assertFalse(corpus.is_heldout_phrasing(*line["phrasing"], 0.2), line)
+            for m in line["request"]["messages"]:
+                if m["role"] == "user":
+                    q = m["content"].lower()
+                    self.assertFalse([x for x in held_suffixes if x in q], q)
+                    self.assertFalse([o for o in held_openers if q.startswith(o)], q)
+                    self.assertFalse([r.pattern for r in held_cores if r.search(q)], q)
+            if line["task"] in corpus.OPS:
+                a, b = line["item"]
+                self.assertFalse(corpus.is_heldout_pair(line["task"], a, b, 0.1), line)
+                if line["mode"] != "tool_call":
+                    self.assertEqual(line["answer"], corpus.arithmetic(line["task"], a, b))
+                if line["mode"] == "thinking":
+                    for step in corpus.arithmetic_steps(line["task"], a, b):
+                        self.assertFalse(corpus.is_heldout_pair(*step, 0.1), (line, step))
+            for words, n in line.get("free", {}).get("numbers", []):
+                self.assertEqual(corpus.parse_number_words(words), n, line)
+                last = [m["content"] for m in line["request"]["messages"] if m["role"] == "user"][-1]
+                self.assertIn(words.lower(), " ".join(last.lower().split()), line)
+
+    def test_thinking_states_the_digits(self):
+        """A question with numbers as words: the reasoning first says them in digits, then the usual steps."""
+        seen = 0
+        for line in self.lines:
+            if line["mode"] == "thinking" and line.get("free", {}).get("numbers"):
+                reasoning = line["reply"]["reasoning_content"]
+                for words, n in line["free"]["numbers"]:
+                    self.assertIn(f"{words.lower()} is {n}", reasoning)
+                a, b = line["item"]
+                self.assertTrue(reasoning.endswith(corpus.arithmetic_reasoning(line["task"], a, b)), reasoning)
+                self.assertTrue(reasoning.endswith(f"The answer is {line['answer']}."), reasoning)
+                seen += 1
+        self.assertGreater(seen, 20)
+
+    def test_tool_calls_copy_the_question(self):
+        for line in self.lines:
+            if line["mode"] != "tool_call":
+                continue
+            q = " ".join(question_of(line).lower().split())  # spacing noise may double a space
+            args = json.loads(line["reply"]["tool_calls"][0]["function"]["arguments"])
+            words = {n: w.lower() for w, n in line.get("free", {}).get("numbers", [])}
+            if line["task"] in corpus.OPS:
+                a, b = line["item"]
+                self.assertEqual(args, {"expression": f"{a} {corpus.OPS[line['task']]} {b}"})
+                for n in (a, b):
+                    self.assertTrue(re.search(rf"\b{n}\b", q) or words.get(n, "\0") in q, (n, q))
+            elif line["task"] == "capital":
+                self.assertEqual(args["country"], line["item"][0])
+                self.assertIn(args["country"].lower(), q)
+            else:
+                v = line["item"][1]
+                self.assertEqual(args["value"], v)
+                self.assertTrue(str(v) in q or words.get(v, "\0") in q, q)
+
+    def test_eval_sets_and_heldout_untouched(self):
+        a = corpus.generate_split(corpus.Sampler("heldout", 0, 0.1, 0.2), 300)
+        b = corpus.generate_split(corpus.Sampler("heldout", 0, 0.1, 0.2, free_phrasing=0.5), 300)
+        self.assertEqual(a, b)
+        self.assertFalse(any("free" in l for l in b))
+        self.assertEqual(json.dumps(corpus.eval_lines(0, 0.1), sort_keys=True),
+                         json.dumps(CORPUS["eval"], sort_keys=True))
+        # off by default: the training split is the one earlier runs regenerate
+        self.assertEqual(corpus.generate_split(corpus.Sampler("train", 0, 0.1), 3000), CORPUS["train"])
+
+
+def loose(text):
+    """Case, punctuation and spacing do not make a text new."""
+    return " ".join(re.sub(r"[?.!,:;\"]", " ", text.casefold()).split())
+
+
+def skeleton_regexes():
+    """Every text corpus.py can compose, as regexes over loose() texts: any opener (or JSON lead-in), any core
+    (training, held-out or free-phrasing), the numbers in digits or words, any country or unit name, then any run of
+    suffixes, instructions and nudges. Case, punctuation and spacing noise are what loose() removes."""
+    ones = "|".join(corpus._ONES + corpus._TENS[2:] + ["hundred", "and"])
+    num = rf"(?:\d+|(?:{ones})(?:[- ](?:{ones}))*)"
+    country = "|".join(re.escape(c.casefold()) for c, _ in corpus.CAPITALS)
+    unit_words = {w for u in corpus.UNITS for w in (u[0], u[1], u[2], u[3], corpus.unit_name(u[0]))}
+    unit = "(?:" + "|".join(re.escape(w) for w in sorted(unit_words, key=len, reverse=True)) + ")"
+    fill = {"a": num, "b": num, "v": num, "c": f"(?:{country})", "small": unit, "big": unit, "bigs": unit, "one": unit}
+
+    def alt(parts):
+        parts = sorted({loose(p) for p in parts} - {""}, key=len, reverse=True)
+        return "(?:" + "|".join(re.escape(p) for p in parts) + ")"
+    openers, leads = alt(corpus.OPENERS[0] + corpus.OPENERS[1]), alt(corpus.JSON_LEADS)
+    tails = alt(corpus.SUFFIXES[0] + corpus.SUFFIXES[1] + corpus.EXTRA_SUFFIXES + corpus.JSON_INSTRUCTIONS
+                + corpus.EXTRA_JSON_INSTRUCTIONS + corpus.THINK_INSTRUCTIONS + corpus.TOOL_NUDGES
+                + corpus.EXTRA_TOOL_NUDGES + ["pls", "plz", "thx", "ty", ":)"])
+    cores = [c for train, held in corpus.CORES.values() for c, _ in train + held]
+    cores += [c for extra in corpus.EXTRA_CORES.values() for c, _ in extra]
+    out = []
+    for core in cores:
+        pieces = re.split(r"(\{[A-Za-z]+\})", loose(core.replace("{Big}", "{big}")))
+        body = "".join(fill[p[1:-1]] if p.startswith("{") else re.escape(p) for p in pieces)
+        out.append((core, re.compile(rf"^(?:{leads} )?(?:{openers} )?{body}(?: {tails})*$")))
+    return out
+
+
+FREEFORM = os.path.join(REPO, "models", "demo", "freeform_eval.jsonl")
+
+
+class FreeformEvalTest(unittest.TestCase):
+    """The free-phrasing set (models/demo/freeform_eval.jsonl from tools/demo_model/freeform_eval.txt, written by hand):
+    up to date, every task and kind, and none of its texts is one corpus.py composes or draws."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.rows = freeform_eval.build(freeform_eval.read_source())
+        cls.texts = {r["id"]: next(m["content"] for m in r["request"]["messages"] if m["role"] == "user")
+                     for r in cls.rows}
+
+    def test_committed_file_is_up_to_date(self):
+        with open(FREEFORM, encoding="utf-8") as f:
+            self.assertEqual(f.read(), freeform_eval.dumps(self.rows))
+
+    def test_coverage(self):
+        kinds = collections.Counter(r["kind"] for r in self.rows)
+        self.assertGreaterEqual(kinds["answer"], 150)
+        for kind in ("json", "thinking", "tool_call", "tool_result"):
+            self.assertGreaterEqual(kinds[kind], 10, kind)
+        tasks = collections.Counter(r["task"] for r in self.rows if r["kind"] == "answer")
+        self.assertEqual(set(tasks), set(corpus.TASK_WEIGHTS))
+        self.assertEqual(len({r["id"] for r in self.rows}), len(self.rows))
+        arithmetic = [r for r in self.rows if r["task"] in corpus.OPS and r["kind"] != "tool_result"]
+        in_words = [r for r in arithmetic if not all(re.search(rf"(?<!\d){n}(?!\d)", self.texts[r["id"]])
+                                                     for n in r["item"])]
+        self.assertGreater(len(in_words), 0.4 * len(arithmetic))
+        capitals = [r for r in self.rows if r["task"] == "capital"]
+        self.assertGreater(sum(r["item"][0] not in self.texts[r["id"]] for r in capitals), 0.6 * len(capitals))
+        with_rf = sum("response_format" in r["request"] for r in self.rows if r["kind"] == "json")
+        self.assertTrue(0 < with_rf < kinds["json"])
+
+    def test_no_text_is_a_template(self):
+        regexes = skeleton_regexes()
+        for rid, text in self.texts.items():
+            self.assertFalse([core for core, r in regexes if r.match(loose(text))], (rid, text))
+
+    def test_disjoint_from_generated_training(self):
+        """Training splits of three seeds, free phrasing on and off: no user text equals one of the set (loose())."""
+        ours = {loose(t) for t in self.texts.values()}
+        for seed, free in ((0, 0.0), (1, 0.5), (2, 1.0)):
+            lines = corpus.generate_split(corpus.Sampler("train", seed, 0.1, 0.2, free_phrasing=free), 20000)
+            generated = {loose(m["content"]) for l in lines for m in l["request"]["messages"] if m["role"] == "user"}
+            self.assertFalse(ours & generated, (seed, free))
 
 
 @unittest.skipUnless(os.path.exists(render.DEFAULT_ENCODER), "no reference encoder in .deps/reference")
