@@ -2,10 +2,31 @@
 
 #include <algorithm>
 
+#include "cache/duration.h"
 #include "core/error.h"
 #include "model/state_pool.h"
 
 namespace strata::cli {
+
+const std::set<std::string> kCacheOptions = {"cache", "cache-dir", "cache-host-memory", "cache-disk", "cache-mode",
+                                             "cache-ttl-chat", "cache-ttl-agent", "cache-checkpoint-blocks"};
+const char* const kCacheOptionsHelp =
+    R"(  --cache on|off             reuse computed prompt prefixes across requests (default on): a prompt resumes from
+                             the longest cached prefix, exactly as a cold prefill would have computed it
+  --cache-dir DIR            also keep cached prefixes as files in DIR (a local disk, or a directory several
+                             servers share): they survive restarts; default: host memory only
+  --cache-host-memory BYTES  host memory for cached prefixes (default 4GiB)
+  --cache-disk BYTES         room in --cache-dir (default 200GiB; less if the disk fills up)
+  --cache-mode exact         what is stored: exact = everything a bit-identical resume needs (the only mode yet)
+  --cache-ttl-chat D         how long a chat request's prefix lives after its last use (default 7d; 90s, 45m, 24h)
+  --cache-ttl-agent D        the same for agent requests: those with tools or "cache_class": "agent" (default 3d)
+  --cache-checkpoint-blocks N  save a long prompt's state every N token blocks as it is prefilled (default 16)
+)";
+
+std::set<std::string> with_cache_options(std::set<std::string> valued) {
+  valued.insert(kCacheOptions.begin(), kCacheOptions.end());
+  return valued;
+}
 
 EngineOptions read_engine_options(const Args& args, int64_t default_max_num_seqs) {
   EngineOptions o;
@@ -13,6 +34,33 @@ EngineOptions read_engine_options(const Args& args, int64_t default_max_num_seqs
   o.max_num_batched_tokens = positive_integer(args, "max-num-batched-tokens", 2048);
   o.state_bytes = args.has("state-memory") ? parse_byte_count(args.str("state-memory"), "state-memory") : 0;
   if (args.has("state-memory") && o.state_bytes < 1) fail("option --state-memory: expected a positive byte count");
+
+  const std::string cache = args.str("cache", "on");
+  if (cache != "on" && cache != "off") fail("option --cache: expected on or off, found '", cache, "'");
+  o.cache = cache == "on";
+  if (!o.cache)
+    for (const std::string& name : kCacheOptions)
+      if (name != "cache" && args.has(name)) fail("option --", name, " needs the cache, which --cache off turns off");
+  cache::CacheConfig& c = o.cache_config;
+  c.store.dir = args.str("cache-dir");
+  if (args.has("cache-dir") && c.store.dir.empty()) fail("option --cache-dir: expected a directory");
+  c.store.host_bytes = args.has("cache-host-memory") ? parse_byte_count(args.str("cache-host-memory"), "cache-host-memory")
+                                                     : int64_t{4} << 30;
+  c.store.disk_bytes = args.has("cache-disk") ? parse_byte_count(args.str("cache-disk"), "cache-disk") : int64_t{200} << 30;
+  if (args.has("cache-disk") && !args.has("cache-dir")) fail("option --cache-disk: needs --cache-dir");
+  const std::string mode = args.str("cache-mode", "exact");
+  if (mode != "exact") fail("option --cache-mode: expected exact, found '", mode, "'");
+  auto duration = [&](const char* name, int64_t fallback) {
+    if (!args.has(name)) return fallback;
+    try {
+      return cache::parse_duration_seconds(args.str(name));
+    } catch (const Error& e) {
+      fail("option --", name, ": ", e.what());
+    }
+  };
+  c.ttl_chat_seconds = duration("cache-ttl-chat", c.ttl_chat_seconds);
+  c.ttl_agent_seconds = duration("cache-ttl-agent", c.ttl_agent_seconds);
+  c.checkpoint_every_blocks = positive_integer(args, "cache-checkpoint-blocks", c.checkpoint_every_blocks);
   return o;
 }
 
@@ -29,6 +77,8 @@ engine::EngineConfig make_engine_config(const EngineOptions& o, const Args& args
     ec.pool = model::StatePool::limits_for_bytes(model, o.state_bytes, o.max_num_seqs);
   else
     ec.pool.max_sequences = o.max_num_seqs;
+  // A model without compressed attention keeps no token blocks: nothing to cache.
+  if (o.cache && model.state_layout().block_floats > 0) ec.cache = std::make_shared<cache::PrefixCache>(model, o.cache_config);
   return ec;
 }
 

@@ -142,11 +142,14 @@ std::vector<std::string> read_lines(const std::string& path) {
 
 int offline_generate(const std::vector<std::string>& argv) {
   const Args args(argv,
-                  {"model", "device", "precision", "cuda-graphs", "input", "output", "max-num-seqs", "max-num-batched-tokens",
-                   "max-model-len", "state-memory", "max-n", "served-model-name", "progress-interval", "summary"},
+                  with_cache_options({"model", "device", "precision", "cuda-graphs", "input", "output", "max-num-seqs",
+                                      "max-num-batched-tokens", "max-model-len", "state-memory", "max-n",
+                                      "served-model-name", "progress-interval", "summary"}),
                   {"help", "cuda-op-times"});
   if (args.has("help")) {
     std::fputs(kOfflineHelp, stdout);
+    std::fputs("\nprefix cache options (results carry usage.prompt_tokens_details.cached_tokens):\n", stdout);
+    std::fputs(kCacheOptionsHelp, stdout);
     return 0;
   }
   const std::string input = args.required("input"), output = args.required("output");

@@ -9,6 +9,7 @@
 
 #include "cli/offline_progress.h"
 #include "model/model.h"
+#include "server/request_cache.h"
 #include "server/completion_stream.h"
 #include "text/tokenizer.h"
 
@@ -93,6 +94,7 @@ class OfflineRun {
         settings_.limits.served_model_name, prompt_tokens, prepared.echo);
     const size_t choices = request->stream->num_choices();
     const auto n = static_cast<size_t>(r.sampling.n);
+    const engine::CacheOptions cache = server::request_cache_options(r, settings_.engine.cache.get(), "");
     for (size_t c = 0; c < choices; ++c) {
       const size_t p = c / n, i = c % n;
       engine::SamplingParams params = r.sampling;
@@ -101,7 +103,7 @@ class OfflineRun {
       if (r.sampling.seed) params.seed = *r.sampling.seed + i;
       std::string id = cat(slot, "-", c);
       try {
-        engine_.add_request(id, prepared.prompts[p], params);
+        engine_.add_request(id, prepared.prompts[p], params, cache);
       } catch (const Error& e) {
         // As the server: the choices already submitted are aborted, the request answers with the engine's error.
         for (const std::string& done : request->sequence_ids) engine_.abort(done);

@@ -38,7 +38,7 @@ options:
   --precision P              with --device cuda: bf16 (default), fp32, or fp8 (the checkpoint's FP8 matrices stay FP8)
   --cuda-graphs on|off       with --device cuda: replay decode steps as CUDA graphs (default on)
   --cuda-op-times            with --device cuda: time every backend op with CUDA events, a table at exit
-  --api-key KEY              require 'Authorization: Bearer KEY' on /v1/* (/health and /metrics stay open)
+  --api-key KEY[,KEY...]     require 'Authorization: Bearer KEY' on /v1/* (/health and /metrics stay open)
   --served-model-name NAME   the model id clients send and see (default: the basename of --model)
   --max-model-len N          prompt + generated tokens per sequence (default: min(8192, the model's
                              max_position_embeddings))
@@ -52,7 +52,9 @@ options:
   --shutdown-grace S         on SIGTERM/SIGINT, seconds in-flight requests may take to finish before they are
                              aborted (default 30; a second signal aborts them at once)
   --idle-timeout S           close a keep-alive connection idle for S seconds (default 300)
-
+  --cache-scope key|global   with --api-key: each key has its own cached prefixes (default key), or all share
+)";
+constexpr const char* kHelpTail = R"(
 Endpoints: POST /v1/chat/completions, POST /v1/completions (stream or not), GET /v1/models, GET /health,
 GET /metrics (Prometheus text).
 
@@ -66,11 +68,14 @@ example:
 
 int serve_command(const std::vector<std::string>& argv) {
   const Args args(argv,
-                  {"model", "host", "port", "device", "precision", "cuda-graphs", "api-key", "served-model-name", "max-model-len", "state-memory",
-                   "max-num-seqs", "max-num-batched-tokens", "max-body-bytes", "max-n", "shutdown-grace", "idle-timeout"},
+                  with_cache_options({"model", "host", "port", "device", "precision", "cuda-graphs", "api-key", "served-model-name", "max-model-len", "state-memory",
+                   "max-num-seqs", "max-num-batched-tokens", "max-body-bytes", "max-n", "shutdown-grace", "idle-timeout",
+                   "cache-scope"}),
                   {"help", "cuda-op-times"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
+    std::fputs(kCacheOptionsHelp, stdout);
+    std::fputs(kHelpTail, stdout);
     return 0;
   }
   const BackendFlags backend = read_backend_flags(args);
@@ -106,7 +111,19 @@ int serve_command(const std::vector<std::string>& argv) {
   server::ServerConfig sc;
   sc.host = args.str("host", "127.0.0.1");
   sc.port = static_cast<uint16_t>(port);
-  sc.api_key = args.str("api-key");
+  if (args.has("api-key")) {
+    const std::string keys = args.str("api-key");
+    for (size_t start = 0;;) {
+      const size_t comma = keys.find(',', start);
+      sc.api_keys.push_back(keys.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (sc.api_keys.back().empty()) fail("option --api-key: an empty key in '", keys, "'");
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  const std::string scope = args.str("cache-scope", "key");
+  if (scope != "key" && scope != "global") fail("option --cache-scope: expected key or global, found '", scope, "'");
+  sc.cache_scope_per_key = scope == "key";
   sc.served_model_name = args.str("served-model-name", default_served_model_name(dir));
   sc.max_body_bytes = static_cast<size_t>(max_body);
   sc.limits.max_n = max_n;
@@ -119,7 +136,13 @@ int serve_command(const std::vector<std::string>& argv) {
                "token blocks%s\n",
                sc.host.c_str(), static_cast<unsigned>(server.port()), sc.served_model_name.c_str(),
                static_cast<long long>(ec.max_model_len), static_cast<long long>(ec.pool.max_sequences),
-               static_cast<long long>(ec.pool.blocks), sc.api_key.empty() ? "" : ", API key required");
+               static_cast<long long>(ec.pool.blocks), sc.api_keys.empty() ? "" : ", API key required");
+  if (ec.cache) {
+    const cache::StoreConfig& store = ec.cache->config().store;
+    std::fprintf(stderr, "strata serve: prefix cache on — %lld MiB of host memory%s%s\n",
+                 static_cast<long long>(store.host_bytes >> 20), store.dir.empty() ? "" : ", files in ",
+                 store.dir.c_str());
+  }
 
   std::thread waiter;
   int received = 0;

@@ -227,6 +227,7 @@ StreamUpdate CompletionStream::on_event(size_t index, const engine::TokenEvent& 
   std::string text;
   ojson chunk_logprobs;  // null unless this event adds logprobs
   if (event.token) {
+    if (c.tokens == 0) c.cached_tokens = event.cached_tokens;
     ++c.tokens;
     const bool stop_token = event.finished && event.reason == engine::FinishReason::Stop;
     if (!stop_token) {
@@ -325,6 +326,9 @@ Usage CompletionStream::usage() const {
   Usage u;
   for (int64_t t : prompt_tokens_) u.prompt_tokens += t;
   for (const Choice& c : choices_) u.completion_tokens += c.tokens;
+  // A prompt's n choices are n sequences that each may have hit: the prompt counts once, with its first choice's.
+  const size_t per_prompt = prompt_tokens_.empty() ? 1 : std::max<size_t>(1, choices_.size() / prompt_tokens_.size());
+  for (size_t i = 0; i < choices_.size(); i += per_prompt) u.cached_tokens += choices_[i].cached_tokens;
   return u;
 }
 

@@ -72,6 +72,7 @@ class CompletionStream {
     std::optional<text::OutputParser> parser;  // chat only
     size_t prompt = 0;
     int64_t tokens = 0;
+    int64_t cached_tokens = 0;  // of its prompt, restored from the prefix cache (from its first event)
     int64_t chars = 0;  // code points of text so far (completions' text_offset)
     bool finished = false;
     std::string finish_reason;

@@ -1,5 +1,7 @@
 #include "server/openai_protocol.h"
 
+#include "cache/duration.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -291,10 +293,29 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
       {"n", [&](const ojson& v, const std::string& k) { r.sampling.n = need_integer(v, k); }},
       {"ignore_eos", [&](const ojson& v, const std::string& k) { r.sampling.ignore_eos = need_bool(v, k); }},
       {"logit_bias", [&](const ojson& v, const std::string&) { parse_logit_bias(v, r); }},
-      // Accepted and ignored (README.md, "Serving", says why): an end-user id, a prompt-cache routing key, the metadata and
-      // store of OpenAI's stored completions (nothing is stored), and a service tier (there is one).
+      // The prefix cache's isolation key, traffic class and retention (CompletionRequest says what they do).
+      {"prompt_cache_key", [&](const ojson& v, const std::string& k) { r.prompt_cache_key = need_string(v, k); }},
+      {"cache_class",
+       [&](const ojson& v, const std::string& k) {
+         r.cache_class = need_string(v, k);
+         if (r.cache_class != "chat" && r.cache_class != "agent") bad(k, "expected chat or agent, found '", r.cache_class, "'");
+       }},
+      {"prompt_cache_retention",
+       [&](const ojson& v, const std::string& k) {
+         const std::string& text = need_string(v, k);
+         if (text == "in-memory") {
+           r.cache_retention_seconds = 3600;
+           return;
+         }
+         try {
+           r.cache_retention_seconds = cache::parse_duration_seconds(text);
+         } catch (const Error& e) {
+           bad(k, e.what(), " (or in-memory)");
+         }
+       }},
+      // Accepted and ignored (README.md, "Serving", says why): an end-user id, the metadata and store of OpenAI's
+      // stored completions (nothing is stored), and a service tier (there is one).
       {"user", [&](const ojson& v, const std::string& k) { need_string(v, k); }},
-      {"prompt_cache_key", [&](const ojson& v, const std::string& k) { need_string(v, k); }},
       {"metadata", [&](const ojson& v, const std::string&) { check_metadata(v); }},
       {"store", [&](const ojson& v, const std::string& k) { need_bool(v, k); }},
       {"service_tier",
@@ -390,7 +411,10 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
 nlohmann::ordered_json Usage::to_json() const {
   return ojson{{"prompt_tokens", prompt_tokens},
                {"completion_tokens", completion_tokens},
-               {"total_tokens", prompt_tokens + completion_tokens}};
+               {"total_tokens", prompt_tokens + completion_tokens},
+               {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}},
+               {"prompt_cache_hit_tokens", cached_tokens},
+               {"prompt_cache_miss_tokens", prompt_tokens - cached_tokens}};
 }
 
 std::string new_response_id(Endpoint endpoint) {

@@ -86,6 +86,14 @@ struct CompletionRequest {
   text::ChatRequestOptions chat_options;
   bool parallel_tool_calls = true;  // false: a reply carries only its first tool call (the model may write more)
 
+  // The prefix cache (cache/prefix_cache.h). prompt_cache_key: OpenAI's; only requests with the same key share
+  // cached prefixes (and a router may send them to one replica). cache_class: "chat" or "agent" (the default is
+  // agent when the request carries tools), which picks the time to live; prompt_cache_retention overrides it
+  // ("in-memory": an hour, "24h", or any duration such as "90m", "3d").
+  std::string prompt_cache_key;
+  std::string cache_class;
+  std::optional<int64_t> cache_retention_seconds;
+
   // Completions.
   std::vector<PromptInput> prompts;  // one, or a batch
   bool echo = false;                 // prepend the prompt to each choice's text
@@ -99,6 +107,7 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
 // Token usage of a response.
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens restored from the prefix cache (OpenAI's and DeepSeek's fields)
   nlohmann::ordered_json to_json() const;
 };
 

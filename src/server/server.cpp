@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "server/completion_stream.h"
+#include "server/request_cache.h"
 #include "server/request_prompts.h"
 #include "text/chat_encoding.h"
 #include "text/tokenizer.h"
@@ -88,6 +89,7 @@ struct Server::Prepared {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<int64_t> max_tokens;  // per prompt
   std::vector<std::string> echo;
+  size_t key = 0;  // which API key it came with
 };
 
 // A request in the engine. Lives on the I/O thread until every engine sequence of it has finished.
@@ -157,19 +159,29 @@ void Server::send_error(HttpExchange& exchange, const RequestError& error) {
   exchange.respond(std::move(response));
 }
 
-bool Server::authorized(const HttpRequest& request) const {
-  if (cfg_.api_key.empty()) return true;
+std::optional<size_t> Server::authorized(const HttpRequest& request) const {
+  if (cfg_.api_keys.empty()) return 0;
   const std::string* header = request.header("Authorization");
-  if (!header) return false;
+  if (!header) return std::nullopt;
   // RFC 9110: the scheme's name is case-insensitive ("bearer KEY" is as good as "Bearer KEY"), and one or more
   // spaces separate it from the key.
   static constexpr std::string_view kBearer = "bearer";
   const std::string_view value(*header);
-  if (value.size() <= kBearer.size() || value[kBearer.size()] != ' ') return false;
+  if (value.size() <= kBearer.size() || value[kBearer.size()] != ' ') return std::nullopt;
   for (size_t i = 0; i < kBearer.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(value[i])) != kBearer[i]) return false;
+    if (std::tolower(static_cast<unsigned char>(value[i])) != kBearer[i]) return std::nullopt;
   const size_t key = value.find_first_not_of(' ', kBearer.size());
-  return key != std::string_view::npos && same_secret(value.substr(key), cfg_.api_key);
+  if (key == std::string_view::npos) return std::nullopt;
+  std::optional<size_t> match;
+  for (size_t i = 0; i < cfg_.api_keys.size(); ++i)  // every key is compared, so the time says nothing of which
+    if (same_secret(value.substr(key), cfg_.api_keys[i]) && !match) match = i;
+  return match;
+}
+
+engine::CacheOptions Server::cache_options(const Prepared& prepared) const {
+  const bool per_key = !cfg_.api_keys.empty() && cfg_.cache_scope_per_key;
+  return request_cache_options(prepared.request, engine_config_.cache.get(),
+                               per_key ? api_key_scope(cfg_.api_keys[prepared.key]) : std::string());
 }
 
 std::string Server::models_body(const std::string* only) const {
@@ -211,7 +223,8 @@ void Server::handle(std::shared_ptr<HttpExchange> exchange) {
   const bool models = path == "/v1/models", one_model = path.rfind("/v1/models/", 0) == 0;
   if (!chat && !completions && !models && !one_model)
     return send_error(*exchange, RequestError(404, "", cat("no route for ", req.method, " ", path), "invalid_request_error", "not_found"));
-  if (!authorized(req))
+  const std::optional<size_t> key = authorized(req);
+  if (!key)
     return send_error(*exchange, RequestError(401, "", "invalid or missing API key (send the header 'Authorization: Bearer KEY')",
                                               "invalid_request_error", "invalid_api_key"));
   if (models || one_model) {
@@ -229,15 +242,16 @@ void Server::handle(std::shared_ptr<HttpExchange> exchange) {
     return send_error(*exchange, RequestError(503, "", "the server is shutting down", "server_error"));
   ++preparing_;
   const Endpoint endpoint = chat ? Endpoint::kChatCompletions : Endpoint::kCompletions;
-  workers_->post([this, exchange, endpoint, arrival = Clock::now()] { prepare(exchange, endpoint, arrival); });
+  workers_->post([this, exchange, endpoint, arrival = Clock::now(), k = *key] { prepare(exchange, endpoint, arrival, k); });
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Admission: parse, tokenize and check limits on a worker; submit on the I/O thread.
 
-void Server::prepare(std::shared_ptr<HttpExchange> exchange, Endpoint endpoint, Clock::time_point arrival) {
+void Server::prepare(std::shared_ptr<HttpExchange> exchange, Endpoint endpoint, Clock::time_point arrival, size_t key) {
   auto prepared = std::make_shared<Prepared>();
   prepared->exchange = exchange;
+  prepared->key = key;
   prepared->arrival = arrival;
   std::optional<RequestError> error;
   try {
@@ -293,6 +307,7 @@ void Server::admit(std::shared_ptr<Prepared> prepared) {
   requests_[request->id] = request;
 
   const auto n = static_cast<size_t>(r.sampling.n);
+  const engine::CacheOptions cache = cache_options(*prepared);
   for (size_t c = 0; c < choices; ++c) {
     const size_t p = c / n, i = c % n;
     engine::SamplingParams params = r.sampling;
@@ -303,7 +318,8 @@ void Server::admit(std::shared_ptr<Prepared> prepared) {
       engine_->submit(request->sequence_ids[c], prepared->prompts[p], params,
                       [this, request, c](const engine::TokenEvent& event) {
                         step_events_.push_back({request, c, event});
-                      });
+                      },
+                      cache);
       request->sequence_done[c] = false;
     } catch (const Error& e) {
       request->failed = true;

@@ -34,7 +34,10 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   uint16_t port = 8000;                 // 0: an ephemeral port (see Server::port)
   std::string served_model_name = "model";
-  std::string api_key;                  // empty: no check
+  std::vector<std::string> api_keys;     // any of them is accepted; none: no check
+  // With API keys, each key's requests see only the prefix-cache entries made under that key (a shared cache is a
+  // timing side channel between tenants); false: one cache for all.
+  bool cache_scope_per_key = true;
   size_t max_body_bytes = 8u << 20;
   std::chrono::milliseconds idle_timeout{std::chrono::minutes(5)};
   ProtocolLimits limits;
@@ -72,8 +75,11 @@ class Server {
 
   void handle(std::shared_ptr<HttpExchange> exchange);
   void send_error(HttpExchange& exchange, const RequestError& error);
-  bool authorized(const HttpRequest& request) const;
-  void prepare(std::shared_ptr<HttpExchange> exchange, Endpoint endpoint, std::chrono::steady_clock::time_point arrival);
+  // The index of the API key the request carries (0 without keys), or nullopt when it is not authorized.
+  std::optional<size_t> authorized(const HttpRequest& request) const;
+  engine::CacheOptions cache_options(const Prepared& prepared) const;
+  void prepare(std::shared_ptr<HttpExchange> exchange, Endpoint endpoint, std::chrono::steady_clock::time_point arrival,
+               size_t key);
   void admit(std::shared_ptr<Prepared> prepared);
   void on_event(const std::shared_ptr<ActiveRequest>& request, size_t choice, const engine::TokenEvent& event);
   void hand_off_step_events();

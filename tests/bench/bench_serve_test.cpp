@@ -252,7 +252,7 @@ class BenchServe : public ::testing::Test {
     sc.served_model_name = "bench-model";
     server_ = new server::Server(*model_, *tokenizer_, ec, sc);
     server_->start();
-    sc.api_key = "secret";
+    sc.api_keys = {"secret"};
     locked_ = new server::Server(*model_, *tokenizer_, ec, sc);
     locked_->start();
   }

@@ -37,7 +37,7 @@ ServerConfig server_config() {
   ServerConfig c;
   c.port = 0;
   c.served_model_name = "tiny-v4";
-  c.api_key = kKey;
+  c.api_keys = {kKey};
   c.max_body_bytes = 64 << 10;
   return c;
 }
@@ -458,7 +458,7 @@ TEST_F(ServerEndToEnd, MetricsShowThePoolBeforeTheFirstRequest) {
 TEST_F(ServerEndToEnd, GracefulShutdown) {
   // A server of its own: it is shut down here.
   ServerConfig cfg = server_config();
-  cfg.api_key = "";
+  cfg.api_keys.clear();
   auto server = std::make_unique<Server>(*model_, *tokenizer_, engine_config(), cfg);
   server->start();
   const uint16_t port = server->port();
