@@ -19,6 +19,7 @@
 #include "bench/step_floor.h"
 #include "cli/args.h"
 #include "cli/backend_flags.h"
+#include "cli/bench_cache.h"
 #include "cli/bench_plots.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
@@ -64,7 +65,12 @@ options:
                        not argmax, so sequences keep routing to different experts (with random weights greedy
                        decoding can send every sequence to the same token)
   --context LIST       context lengths for --batch (default: --prompt-len), e.g. 4096,32768
-  --chunk N            prefill chunk for --prefill and --batch contexts
+  --cache-ttft LIST    also time the first token of prompts of these lengths seen before (e.g. 32768) against
+                       cold, through the engine's prefix cache: no cache, cold with the cache (which saves), a
+                       hit from host memory, and a hit from the cache directory by a fresh cache after its files
+                       were dropped from the page cache; with the cache's save/restore costs and bandwidths
+  --cache-dir DIR      the directory for --cache-ttft (emptied; default /tmp/strata-bench-cache)
+  --chunk N            prefill chunk for --prefill, --batch contexts and --cache-ttft (default 4096 there)
   --ceilings GBS,TFLOPS  the device's copy bandwidth (GB/s) and bf16 peak (TFLOP/s) for the floors, instead of
                        measuring them (cuda) — on any backend, e.g. to compare a CPU run with its datasheet
   --commit SHA         git commit to record (default: git rev-parse HEAD with "-dirty" when tracked files
@@ -373,7 +379,8 @@ LoadedModel load(const Args& args, const BackendFlags& backend) {
 int bench_command(const std::vector<std::string>& argv) {
   const Args args(argv,
                   {"model", "preset", "layers", "dtype", "seed", "device", "prompt-len", "decode-tokens", "repeats",
-                   "commit", "out", "plots", "prefill", "batch", "context", "chunk", "ceilings", "precision", "cuda-graphs"},
+                   "commit", "out", "plots", "prefill", "batch", "context", "chunk", "ceilings", "precision", "cuda-graphs",
+                   "cache-ttft", "cache-dir"},
                   {"help", "cuda-op-times"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
@@ -480,6 +487,9 @@ int bench_command(const std::vector<std::string>& argv) {
         j["batched_decode"].push_back({{"context", context}, {"error", e.what()}, {"decode", nlohmann::json::array()}});
       }
   }
+  if (args.has("cache-ttft"))
+    j["cache_ttft"] = cache_ttft(m, positive_list(args, "cache-ttft", ""), args.integer("chunk", 4096),
+                                 args.str("cache-dir", "/tmp/strata-bench-cache"), repeats);
   if (device == model::Device::Cuda) j["cuda_graph_replays"] = m.steps_replayed();
   const std::string text = j.dump(2) + "\n";
   if (args.has("out")) {

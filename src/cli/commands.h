@@ -9,6 +9,7 @@ int model_command(const std::vector<std::string>& args);
 int generate_command(const std::vector<std::string>& args);
 int bench_command(const std::vector<std::string>& args);
 int tokenize_command(const std::vector<std::string>& args);
+int cache_command(const std::vector<std::string>& args);  // `strata cache stats|verify|gc`
 int chat_template_command(const std::vector<std::string>& args);
 int serve_command(const std::vector<std::string>& args);
 int bench_serve_command(const std::vector<std::string>& args);  // `strata bench serve`

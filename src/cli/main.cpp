@@ -21,6 +21,7 @@ commands:
   tokenize   encode text with a model directory's tokenizer; prints token ids as JSON
   chat-template  print the DeepSeek-V4 prompt (or its ids) for an OpenAI chat-completions request
   serve      OpenAI-compatible HTTP server (chat/completions, completions, models, health, metrics)
+  cache      inspect or clean a prefix-cache directory (stats, verify, gc)
   version    print the version
 
 Run `strata <command> --help` for the options of a command, with an example.
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
 #endif
     if (command == "bench") return strata::cli::bench_command(args);
     if (command == "tokenize") return strata::cli::tokenize_command(args);
+    if (command == "cache") return strata::cli::cache_command(args);
     if (command == "chat-template") return strata::cli::chat_template_command(args);
 #ifdef STRATA_WITH_SERVER
     if (command == "serve") return strata::cli::serve_command(args);

@@ -114,7 +114,61 @@ void Metrics::observe_e2e_latency(double seconds) {
   e2e_.observe(seconds);
 }
 
-std::string Metrics::render(const engine::EngineStats& stats, int64_t max_sequences, int64_t open_connections) const {
+namespace {
+
+// The prefix cache (cache/prefix_cache.h): hits by the tier the blocks came from, the store's tiers, its faults.
+void render_cache(Writer& w, const cache::PrefixCacheStats& c) {
+  const auto d = [](int64_t v) { return static_cast<double>(v); };
+  w.header("strata_prefix_cache_hit_tokens_total", "counter",
+           "Prompt tokens restored from the prefix cache, by the tier their token block came from.");
+  for (int t = 0; t < cache::kTiers; ++t)
+    w.sample("strata_prefix_cache_hit_tokens_total", d(c.hit_tokens[static_cast<size_t>(t)]),
+             std::string("tier=\"") + cache::to_string(static_cast<cache::Tier>(t)) + "\"");
+  w.single("strata_prefix_cache_miss_tokens_total", "counter", "Prompt tokens of cache-using requests that were computed.",
+           d(c.miss_tokens));
+  w.single("strata_prefix_cache_lookups_total", "counter", "Prompt lookups in the prefix cache.", d(c.lookups));
+  w.single("strata_prefix_cache_hits_total", "counter", "Lookups that restored a prefix.", d(c.hits));
+  w.single("strata_prefix_cache_restore_failures_total", "counter",
+           "Restores abandoned (an entry vanished or failed its checks, or the state pool was full): computed instead.",
+           d(c.restore_failures));
+  w.single("strata_prefix_cache_saved_blocks_total", "counter", "Token blocks saved to the cache.", d(c.saved_blocks));
+  w.single("strata_prefix_cache_saved_boundaries_total", "counter", "Boundary rows saved (resumable prefixes).",
+           d(c.saved_rows));
+  w.single("strata_prefix_cache_restore_seconds_total", "counter", "Engine-thread time restoring prefixes.",
+           c.restore_seconds);
+  w.single("strata_prefix_cache_save_seconds_total", "counter", "Engine-thread time saving prefixes (device copies).",
+           c.save_seconds);
+  const cache::StoreStats& s = c.store;
+  w.header("strata_prefix_cache_bytes", "gauge", "Bytes held by each tier of the cache store.");
+  w.sample("strata_prefix_cache_bytes", d(s.host.bytes), "tier=\"host\"");
+  w.sample("strata_prefix_cache_bytes", d(s.disk.bytes), "tier=\"disk\"");
+  w.header("strata_prefix_cache_entries", "gauge", "Entries (token blocks and boundary rows) in each tier.");
+  w.sample("strata_prefix_cache_entries", d(s.host.entries), "tier=\"host\"");
+  w.sample("strata_prefix_cache_entries", d(s.disk.entries), "tier=\"disk\"");
+  w.header("strata_prefix_cache_evictions_total", "counter", "Entries evicted from a tier to stay within its budget.");
+  w.sample("strata_prefix_cache_evictions_total", d(s.host.evictions), "tier=\"host\"");
+  w.sample("strata_prefix_cache_evictions_total", d(s.disk.evictions), "tier=\"disk\"");
+  w.single("strata_prefix_cache_disk_budget_bytes", "gauge", "The directory tier's budget (shrinks when the disk is full).",
+           d(s.disk_budget));
+  w.single("strata_prefix_cache_expirations_total", "counter", "Entries dropped because their time to live ran out.",
+           d(s.expirations));
+  w.header("strata_prefix_cache_bad_files_total", "counter", "Cache files that failed their checks (treated as misses).");
+  w.sample("strata_prefix_cache_bad_files_total", d(s.corrupt_files), "kind=\"corrupt\"");
+  w.sample("strata_prefix_cache_bad_files_total", d(s.foreign_files), "kind=\"foreign\"");
+  w.single("strata_prefix_cache_write_failures_total", "counter", "Cache file writes that failed (full disk, permissions).",
+           d(s.write_failures));
+  w.single("strata_prefix_cache_pending_writes", "gauge", "Entries queued for the writer thread.", d(s.pending_writes));
+  w.single("strata_prefix_cache_disk_load_seconds_total", "counter", "Time reading cache files.", s.disk_load_seconds);
+  w.single("strata_prefix_cache_disk_load_bytes_total", "counter", "Bytes read from cache files.", d(s.disk_load_bytes));
+  w.single("strata_prefix_cache_disk_write_seconds_total", "counter", "Time writing cache files (writer thread).",
+           s.disk_write_seconds);
+  w.single("strata_prefix_cache_disk_write_bytes_total", "counter", "Bytes written to cache files.", d(s.disk_write_bytes));
+}
+
+}  // namespace
+
+std::string Metrics::render(const engine::EngineStats& stats, int64_t max_sequences, int64_t open_connections,
+                            const cache::PrefixCacheStats* cache) const {
   std::lock_guard lock(mu_);
   Writer w(escape_label(model_name_));
   const auto d = [](int64_t v) { return static_cast<double>(v); };
@@ -143,6 +197,7 @@ std::string Metrics::render(const engine::EngineStats& stats, int64_t max_sequen
   w.histogram("strata_time_to_first_token_seconds", "Time from request arrival to its first generated token.", ttft_);
   w.histogram("strata_time_per_output_token_seconds", "Mean time between generated tokens, per choice.", tpot_);
   w.histogram("strata_e2e_request_latency_seconds", "Time from request arrival to its last token.", e2e_);
+  if (cache) render_cache(w, *cache);
   return w.take();
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/prefix_cache.h"
 #include "engine/engine.h"
 
 namespace strata::server {
@@ -45,7 +46,9 @@ class Metrics {
   void observe_e2e_latency(double seconds);
 
   // The whole exposition. `stats` are the engine's; `max_sequences` is the state pool's slot count.
-  std::string render(const engine::EngineStats& stats, int64_t max_sequences, int64_t open_connections) const;
+  // `cache`: the prefix cache's counters, when it is on.
+  std::string render(const engine::EngineStats& stats, int64_t max_sequences, int64_t open_connections,
+                     const cache::PrefixCacheStats* cache = nullptr) const;
 
  private:
   mutable std::mutex mu_;

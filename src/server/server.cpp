@@ -214,9 +214,12 @@ void Server::handle(std::shared_ptr<HttpExchange> exchange) {
     // The engine's stats are those of its last step, all zero before the first: the pool's size is known from the
     // start, and a scrape before any request must show it.
     if (stats.steps == 0) stats.total_blocks = engine_config_.pool.blocks;
+    std::optional<cache::PrefixCacheStats> cache_stats;
+    if (engine_config_.cache) cache_stats = engine_config_.cache->stats();
     return exchange->respond(HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
                                           metrics_.render(stats, engine_config_.pool.max_sequences,
-                                                          static_cast<int64_t>(http_->open_connections())),
+                                                          static_cast<int64_t>(http_->open_connections()),
+                                                          cache_stats ? &*cache_stats : nullptr),
                                           {}});
   }
   const bool chat = path == "/v1/chat/completions", completions = path == "/v1/completions";

@@ -25,10 +25,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/sampling.h"
+#include "cache/prefix_cache.h"
+#include "engine/engine.h"
 #include "engine/sampler.h"
 #include "model/deepseek_v4/model.h"
 #include "model/state_pool.h"
@@ -428,7 +431,105 @@ void check_rollback(const std::string& name, const std::string& dir, const Bar& 
               shared ? "by reference" : "NOT SHARED", static_cast<long long>(fork_differing), ok ? "PASS" : "FAIL");
 }
 
+// The prefix cache on the device (cache/prefix_cache.h): a request whose prompt resumes from a cached prefix (blocks
+// and boundary rows copied back from host memory, or read from a cache directory by a fresh engine) must produce the
+// cold run's tokens, logprobs and top logprobs in every bit. The cold run is the cache-using engine's first one: it
+// stops its prefill at the checkpoints it saves, so the hit computes the same chunks from the same state (GPU
+// kernels may sum in another order for another row count, so a prefill cut elsewhere is only held to the bar).
+// Also a follow-up turn that resumes at the last block boundary the first reply's decode passed.
+struct CachedRun {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  int64_t cached = -1;
+};
+
+CachedRun run_cached(const Model& gpu, std::shared_ptr<strata::cache::PrefixCache> cache, const std::vector<int32_t>& prompt,
+                     int64_t max_tokens) {
+  engine::EngineConfig ec;
+  ec.pool = {4, 4 * gpu.blocks_for_tokens(1200)};
+  ec.cache = std::move(cache);
+  engine::Engine e(gpu, ec);
+  engine::SamplingParams p;
+  p.max_tokens = max_tokens;
+  p.temperature = 0.8;
+  p.seed = 3;
+  p.ignore_eos = true;
+  p.logprobs = 5;
+  e.add_request("r", prompt, p);
+  CachedRun r;
+  while (e.has_unfinished())
+    for (const engine::TokenEvent& ev : e.step()) {
+      if (!ev.token) continue;
+      if (r.tokens.empty()) r.cached = ev.cached_tokens;
+      r.tokens.push_back(*ev.token);
+      r.logprobs.push_back(ev.logprob);
+      for (const auto& [id, lp] : ev.top_logprobs) {
+        r.logprobs.push_back(static_cast<float>(id));
+        r.logprobs.push_back(lp);
+      }
+    }
+  return r;
+}
+
+void check_prefix_cache(const std::string& name, const Model& gpu) {
+  const int64_t vocab = gpu.config().vocab_size, B = gpu.state_layout().block_tokens;
+  const std::string dir = "/tmp/strata-gpu-prefix-cache-" + name + "-" + precision_name(gpu.precision());
+  std::filesystem::remove_all(dir);
+  strata::cache::CacheConfig cc;
+  cc.checkpoint_every_blocks = 2;
+  auto host_only = std::make_shared<strata::cache::PrefixCache>(gpu, cc);
+  cc.store.dir = dir;
+  int64_t runs = 0, identical = 0, hit_tokens = 0;
+  auto compare = [&](const CachedRun& cold, const CachedRun& hit) {
+    ++runs;
+    identical += cold.tokens == hit.tokens && cold.logprobs.size() == hit.logprobs.size() &&
+                 same_finite_bits(cold.logprobs.data(), hit.logprobs.data(), cold.logprobs.size()) && hit.cached > 0;
+    hit_tokens += std::max<int64_t>(0, hit.cached);
+  };
+  for (const int64_t len : {B + 1, int64_t{300}, 2 * B, int64_t{530}}) {
+    const std::vector<int32_t> prompt = prompt_of(len, vocab, 40 + len);
+    const CachedRun cold = run_cached(gpu, host_only, prompt, 12);
+    compare(cold, run_cached(gpu, host_only, prompt, 12));
+    {
+      auto writer = std::make_shared<strata::cache::PrefixCache>(gpu, cc);
+      run_cached(gpu, writer, prompt, 12);  // a miss: computes and saves into the directory
+      writer->store().flush();
+    }
+    auto restarted = std::make_shared<strata::cache::PrefixCache>(gpu, cc);  // a fresh cache reads the files
+    compare(cold, run_cached(gpu, restarted, prompt, 12));
+  }
+  // A follow-up turn: the history (prompt + 150 generated tokens) plus a new message.
+  const std::vector<int32_t> turn1 = prompt_of(200, vocab, 77);
+  const CachedRun reply = run_cached(gpu, host_only, turn1, 150);
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), reply.tokens.begin(), reply.tokens.end());
+  for (int32_t t : prompt_of(20, vocab, 78)) turn2.push_back(t);
+  auto fresh = std::make_shared<strata::cache::PrefixCache>(gpu, strata::cache::CacheConfig{});
+  const CachedRun cold2 = run_cached(gpu, fresh, turn2, 12);  // cuts its prefill at the same boundary the hit resumes
+  const CachedRun hit2 = run_cached(gpu, host_only, turn2, 12);
+  const bool follow_up = hit2.cached == (200 + 150 - 1) / B * B && hit2.tokens == cold2.tokens;
+  const bool ok = identical == runs && follow_up;
+  failures += !ok;
+  std::printf("%-16s %-4s prefix cache: %lld/%lld hits (host memory, cache directory after a restart) give the cold "
+              "run's tokens and logprobs bit for bit (%lld prompt tokens restored); follow-up turn resumed at %lld "
+              "tokens, tokens %s  %s\n",
+              name.c_str(), precision_name(gpu.precision()), static_cast<long long>(identical),
+              static_cast<long long>(runs), static_cast<long long>(hit_tokens), static_cast<long long>(hit2.cached),
+              hit2.tokens == cold2.tokens ? "identical" : "DIFFER", ok ? "PASS" : "FAIL");
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
+
+// One failing prefix-cache check does not stop the model checks after it.
+void check_prefix_cache_guarded(const std::string& name, const Model& gpu) {
+  try {
+    check_prefix_cache(name, gpu);
+  } catch (const std::exception& e) {
+    ++failures;
+    std::printf("%-16s %-4s prefix cache: error: %s  FAIL\n", name.c_str(), precision_name(gpu.precision()), e.what());
+  }
+}
 
 // One failing rollback check does not stop the model checks after it either.
 void check_rollback_guarded(const std::string& name, const std::string& dir, const Bar& bar) {
@@ -482,6 +583,7 @@ int main(int argc, char** argv) {
         check_graphs(name, dir, bar.precision);
         check_snapshot_guarded(name, cpu, gpu);
         check_rollback_guarded(name, dir, bar);
+        check_prefix_cache_guarded(name, gpu);
       }
     }
   } catch (const std::exception& e) {

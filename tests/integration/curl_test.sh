@@ -44,7 +44,7 @@ expect_match "chat content type" "$(cat "$work/head")" '^[Cc]ontent-[Tt]ype: app
 expect_match "chat id" "$body" '^\{"id":"chatcmpl-[0-9a-f]{24}","object":"chat\.completion","created":[0-9]+,"model":"curl-model",'
 expect_match "chat message" "$body" '"message":\{"role":"assistant","content":"'
 expect_match "chat finish" "$body" '"finish_reason":"length"'
-expect_match "chat usage" "$body" '"usage":\{"prompt_tokens":[1-9][0-9]*,"completion_tokens":5,"total_tokens":[0-9]+\}\}$'
+expect_match "chat usage" "$body" '"usage":\{"prompt_tokens":[1-9][0-9]*,"completion_tokens":5,"total_tokens":[0-9]+,"prompt_tokens_details":\{"cached_tokens":0\},"prompt_cache_hit_tokens":0,"prompt_cache_miss_tokens":[1-9][0-9]*\}\}$'
 
 # --- a stream, with the usage chunk
 curl -sS -N -D "$work/head" -o "$work/stream" "${auth[@]}" "${json[@]}" "$url/v1/completions" \

@@ -102,7 +102,12 @@ TEST_F(ServerStream, ChatChunks) {
   const json& usage = chunks.back();
   EXPECT_TRUE(usage["choices"].empty());
   const int64_t generated = static_cast<int64_t>(tokenizer_->encode("Hello, world! 你好", true).size()) + 1;
-  EXPECT_EQ(usage["usage"], (json{{"prompt_tokens", 7}, {"completion_tokens", generated}, {"total_tokens", 7 + generated}}));
+  EXPECT_EQ(usage["usage"], (json{{"prompt_tokens", 7},
+                                     {"completion_tokens", generated},
+                                     {"total_tokens", 7 + generated},
+                                     {"prompt_tokens_details", {{"cached_tokens", 0}}},
+                                     {"prompt_cache_hit_tokens", 0},
+                                     {"prompt_cache_miss_tokens", 7}}));
 }
 
 TEST_F(ServerStream, StopStringEndsTheChoiceAndAsksForAnAbort) {
