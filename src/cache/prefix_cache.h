@@ -24,7 +24,7 @@ namespace strata::cache {
 struct CacheConfig {
   StoreConfig store;
   // Prefill checkpoints: every this many blocks of a long prompt (besides its last block boundary).
-  int64_t checkpoint_every_blocks = 16;
+  int64_t checkpoint_every_blocks = 32;
   int64_t ttl_chat_seconds = 7 * 86400, ttl_agent_seconds = 3 * 86400;
 };
 

@@ -20,7 +20,7 @@ const char* const kCacheOptionsHelp =
   --cache-mode exact         what is stored: exact = everything a bit-identical resume needs (the only mode yet)
   --cache-ttl-chat D         how long a chat request's prefix lives after its last use (default 7d; 90s, 45m, 24h)
   --cache-ttl-agent D        the same for agent requests: those with tools or "cache_class": "agent" (default 3d)
-  --cache-checkpoint-blocks N  save a long prompt's state every N token blocks as it is prefilled (default 16)
+  --cache-checkpoint-blocks N  save a long prompt's state every N token blocks as it is prefilled (default 32)
 )";
 
 std::set<std::string> with_cache_options(std::set<std::string> valued) {
