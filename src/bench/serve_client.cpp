@@ -235,6 +235,8 @@ class SseReader {
     }
     if (const auto u = chunk.find("usage"); u != chunk.end() && u->is_object()) {
       record_.prompt_tokens = u->value("prompt_tokens", int64_t{0});
+      if (const auto d = u->find("prompt_tokens_details"); d != u->end() && d->is_object())
+        record_.cached_tokens = d->value("cached_tokens", int64_t{0});
       usage_tokens_ = u->value("completion_tokens", int64_t{0});
     }
     if (document_carries_output(chunk)) token_chunk(now);

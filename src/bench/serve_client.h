@@ -45,6 +45,7 @@ struct RequestRecord {
   bool ok = false;
   std::string error;               // why it failed: "HTTP 400: {...}", "connect: ...", "timed out"
   int64_t prompt_tokens = 0;       // usage (0 when the server sends none)
+  int64_t cached_tokens = 0;       // usage.prompt_tokens_details.cached_tokens: prompt tokens the server's cache held
   int64_t output_tokens = 0;       // usage, or token chunks
   int64_t chunks = 0;              // token chunks received
   double send_s = 0;               // when it was sent, since the run began

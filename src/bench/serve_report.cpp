@@ -50,6 +50,7 @@ ServeReport summarize(const LoadResult& result, const Slo& slo) {
     }
     ++r.completed;
     r.input_tokens += q.prompt_tokens;
+    r.cached_input_tokens += q.cached_tokens;
     r.output_tokens += q.output_tokens;
     ttft.push_back(q.ttft_s * 1e3);
     e2e.push_back(q.e2e_s * 1e3);
@@ -92,6 +93,9 @@ nlohmann::ordered_json report_json(const ServeReport& r) {
   j["failed"] = r.failed;
   j["duration_s"] = r.duration_s;
   j["input_tokens"] = r.input_tokens;
+  j["cached_input_tokens"] = r.cached_input_tokens;
+  j["prefix_cache_hit_rate"] =
+      r.input_tokens > 0 ? static_cast<double>(r.cached_input_tokens) / static_cast<double>(r.input_tokens) : 0.0;
   j["output_tokens"] = r.output_tokens;
   j["request_throughput"] = r.request_throughput;
   j["output_token_throughput"] = r.output_throughput;
@@ -125,6 +129,11 @@ std::string format_report(const ServeReport& r) {
   row("Maximum requests in flight:", std::to_string(r.max_in_flight));
   row("Benchmark duration (s):", num(r.duration_s));
   row("Total input tokens:", std::to_string(r.input_tokens));
+  if (r.cached_input_tokens > 0)
+    row("Prompt tokens from the prefix cache:",
+        std::to_string(r.cached_input_tokens) + " (" +
+            num(100.0 * static_cast<double>(r.cached_input_tokens) / static_cast<double>(std::max<int64_t>(1, r.input_tokens)), "%.1f") +
+            "%)");
   row("Total generated tokens:", std::to_string(r.output_tokens));
   row("Request throughput (req/s):", num(r.request_throughput));
   row("Output token throughput (tok/s):", num(r.output_throughput, "%.1f"));

@@ -32,6 +32,7 @@ struct ServeReport {
   int64_t completed = 0, failed = 0, good = 0;
   double duration_s = 0;
   int64_t input_tokens = 0, output_tokens = 0;  // of the completed requests (usage)
+  int64_t cached_input_tokens = 0;              // of input_tokens, those the server's prefix cache held
   double request_throughput = 0;                // completed requests/s
   double output_throughput = 0;                 // generated (streamed) tokens/s
   double total_token_throughput = 0;            // (prompt + generated) tokens/s

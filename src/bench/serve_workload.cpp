@@ -1,5 +1,6 @@
 #include "bench/serve_workload.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -30,15 +31,18 @@ int64_t draw_length(std::mt19937_64& rng, int64_t len, double ratio) {
 }  // namespace
 
 std::vector<BenchPrompt> make_workload(const WorkloadConfig& c) {
-  const bool shared = c.dataset == "shared-prefix";
-  if (c.dataset != "random" && !shared) fail("dataset: expected random or shared-prefix, found '", c.dataset, "'");
+  const bool growing = c.dataset == "growing-history";
+  const bool shared = c.dataset == "shared-prefix" || growing;
+  if (c.dataset != "random" && !shared)
+    fail("dataset: expected random, shared-prefix or growing-history, found '", c.dataset, "'");
+  if (growing && c.input_len < 1) fail("input-len: growing-history adds --input-len tokens a turn: expected ≥ 1");
   if (c.num_prompts < 1) fail("num-prompts: expected ≥ 1, found ", c.num_prompts);
   if (c.input_len < 1 && !(shared && c.prefix_len > 0)) fail("input-len: expected ≥ 1, found ", c.input_len);
   if (c.input_len < 0) fail("input-len: expected ≥ 0, found ", c.input_len);
   if (c.output_len < 1) fail("output-len: expected ≥ 1, found ", c.output_len);
   if (c.prefix_len < 0) fail("prefix-len: expected ≥ 0, found ", c.prefix_len);
-  if (shared && c.prefix_len == 0) fail("prefix-len: the shared-prefix dataset needs a prefix (--prefix-len > 0)");
-  if (!shared && c.prefix_len > 0) fail("prefix-len: only the shared-prefix dataset has a prefix");
+  if (shared && c.prefix_len == 0) fail("prefix-len: the ", c.dataset, " dataset needs a prefix (--prefix-len > 0)");
+  if (!shared && c.prefix_len > 0) fail("prefix-len: only the shared-prefix and growing-history datasets have a prefix");
   if (c.num_prefixes < 1) fail("num-prefixes: expected ≥ 1, found ", c.num_prefixes);
   if (!(c.range_ratio >= 0 && c.range_ratio < 1)) fail("range-ratio: expected a number in [0, 1), found ", c.range_ratio);
   if (c.token_lo < 0 || c.token_hi <= c.token_lo)
@@ -63,6 +67,20 @@ std::vector<BenchPrompt> make_workload(const WorkloadConfig& c) {
     const int64_t suffix = c.input_len > 0 ? draw_length(rng, c.input_len, c.range_ratio) : 0;
     p.output_len = draw_length(rng, c.output_len, c.range_ratio);
     const auto group = static_cast<size_t>(r % c.num_prefixes);
+    if (growing) {
+      // The conversation's history grows by this turn's tokens; the prompt is all of it.
+      if (c.chat) {
+        prefix_text[group] += " " + random_words(rng, suffix);
+        p.text = prefix_text[group];
+      } else {
+        for (int64_t i = 0; i < suffix; ++i) prefix_ids[group].push_back(token(rng));
+        p.ids = prefix_ids[group];
+      }
+      p.input_len = c.chat ? static_cast<int64_t>(std::count(p.text.begin(), p.text.end(), ' ')) + 1
+                           : static_cast<int64_t>(p.ids.size());
+      prompts.push_back(std::move(p));
+      continue;
+    }
     if (c.chat) {
       if (shared) p.text = prefix_text[group] + (suffix ? " " : "");
       p.text += random_words(rng, suffix);

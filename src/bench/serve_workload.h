@@ -5,6 +5,10 @@
 //   random         every prompt: input_len random ids
 //   shared-prefix  every prompt: the same prefix_len random ids (one of num_prefixes groups), then input_len
 //                  random ids of its own — the case prefix caching and shared-prompt serving care about
+//   growing-history  num_prefixes conversations (agent loops): request r is turn r / num_prefixes of conversation
+//                  r % num_prefixes and sends the conversation's whole history — prefix_len ids, then input_len new
+//                  ids for every turn so far, its own included (the replies are not in it: the client has no
+//                  ids of them). Turns are in order, so a turn tends to follow its predecessor.
 // With range_ratio r, each request's input and output lengths are drawn uniformly from [len·(1−r), len·(1+r)].
 // Chat requests need text: their prompt is `input_len` random words (tokens are roughly words, and the server
 // reports the true count in usage).
@@ -15,7 +19,7 @@
 namespace strata::bench {
 
 struct WorkloadConfig {
-  std::string dataset = "random";  // random | shared-prefix
+  std::string dataset = "random";  // random | shared-prefix | growing-history
   int64_t num_prompts = 100;
   int64_t input_len = 128;   // per prompt (the suffix, for shared-prefix)
   int64_t output_len = 128;  // max_tokens of each request

@@ -38,11 +38,14 @@ options:
   --num-prompts N        requests to send (default 100)
   --dataset NAME         random (default): --input-len random ids per prompt;
                          shared-prefix: a --prefix-len prefix shared by every prompt (or by each of
-                         --num-prefixes groups), then --input-len random ids of its own
+                         --num-prefixes groups), then --input-len random ids of its own;
+                         growing-history: --num-prefixes conversations, each request the next turn of one,
+                         resending its whole history (--prefix-len ids, then --input-len new ids a turn)
   --input-len N          prompt tokens (default 128; the suffix after the prefix for shared-prefix)
   --output-len N         tokens to generate per request (default 128)
-  --prefix-len N         shared-prefix: tokens in the shared prefix
-  --num-prefixes N       shared-prefix: distinct prefixes, request i uses prefix i mod N (default 1)
+  --prefix-len N         shared-prefix, growing-history: tokens in the shared prefix (the first turn's history)
+  --num-prefixes N       shared-prefix: distinct prefixes, request i uses prefix i mod N (default 1);
+                         growing-history: conversations, request i is turn i / N of conversation i mod N
   --range-ratio R        draw each input/output length from [len·(1−R), len·(1+R)] (default 0: fixed)
   --token-ids LO:HI      random ids come from [LO, HI) (default 1000:30000; keep below the model's vocabulary)
   --temperature T        sampling temperature of every request (default 0)

@@ -93,6 +93,34 @@ TEST(ServeWorkload, SharedPrefixGroups) {
   }
 }
 
+TEST(ServeWorkload, GrowingHistoryResendsEachConversationWithANewTurn) {
+  WorkloadConfig c;
+  c.dataset = "growing-history";
+  c.num_prompts = 8;
+  c.prefix_len = 10;
+  c.input_len = 4;
+  c.num_prefixes = 2;  // two conversations of four turns
+  const std::vector<BenchPrompt> p = make_workload(c);
+  for (size_t i = 0; i < p.size(); ++i) {
+    const size_t turn = i / 2;
+    ASSERT_EQ(p[i].ids.size(), 10 + 4 * (turn + 1)) << i;
+    EXPECT_EQ(p[i].input_len, static_cast<int64_t>(p[i].ids.size()));
+    if (turn > 0) {  // the previous turn of the same conversation is a prefix of this one
+      EXPECT_EQ(std::vector<int32_t>(p[i].ids.begin(), p[i].ids.begin() + static_cast<long>(p[i - 2].ids.size())),
+                p[i - 2].ids);
+    }
+  }
+  EXPECT_NE(std::vector<int32_t>(p[0].ids.begin(), p[0].ids.begin() + 10),
+            std::vector<int32_t>(p[1].ids.begin(), p[1].ids.begin() + 10));
+  c.chat = true;
+  const std::vector<BenchPrompt> chat = make_workload(c);
+  EXPECT_EQ(chat[4].text.rfind(chat[2].text, 0), 0u);
+  EXPECT_EQ(chat[4].input_len, 10 + 3 * 4);
+  c.chat = false;
+  c.input_len = 0;
+  EXPECT_THROW(make_workload(c), Error);
+}
+
 TEST(ServeWorkload, BadConfigsNameTheField) {
   const auto error_of = [](WorkloadConfig c) {
     try {
