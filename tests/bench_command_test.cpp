@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -123,6 +124,27 @@ TEST(BenchCommand, DrawsItsPlotsBesideTheJson) {
   EXPECT_EQ(plain.out.find("plot"), std::string::npos) << plain.out;
   const BenchRun bad = bench("--preset tiny --plots maybe --out '" + dir + "/x.json'", "plots_bad", true);
   EXPECT_NE(bad.out.find("option --plots: expected on or off, found 'maybe'"), std::string::npos) << bad.out;
+}
+
+// --cache-ttft: the same prompt cold and from the prefix cache (host memory, then the directory after a restart).
+TEST(BenchCommand, CacheTtftTimesColdAndCachedFirstTokens) {
+  const std::string dir = test::temp_dir("bench_cache_ttft");
+  const BenchRun r = bench("--preset tiny --layers 3 --prompt-len 8 --decode-tokens 1 --repeats 1 --cache-ttft 300 "
+                           "--chunk 128 --cache-dir '" + dir + "/cache' --out '" + dir + "/run.json'",
+                           "cache_ttft", true);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::ifstream in(dir + "/run.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const nlohmann::json& row = j["cache_ttft"][0];
+  EXPECT_EQ(row["prompt_tokens"], 300);
+  EXPECT_EQ(row["cached_tokens"]["host_hit"], 256);  // the last 128-token block boundary short of the end
+  EXPECT_EQ(row["cached_tokens"]["disk_hit"], 256);
+  for (const char* k : {"no_cache", "cold_with_cache", "host_hit", "disk_hit"}) EXPECT_GT(row["ttft_s"][k].get<double>(), 0) << k;
+  EXPECT_GT(row["cost"]["disk_read_bytes"].get<int64_t>(), 0);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/cache"));  // emptied after the run
+  if (r.out.find("gnuplot is not installed") == std::string::npos) {
+    EXPECT_NE(r.out.find("plot: " + dir + "/run_cache_ttft.png"), std::string::npos) << r.out;
+  }
 }
 
 TEST(BenchCommand, ModelOrPresetExactlyOnce) {

@@ -137,6 +137,25 @@ void floor_ratios(const json& run, bool decode, bool prefill, const std::string&
   s << "unset multiplot\nunset output\nreset\n";
 }
 
+// --cache-ttft: time to first token against prompt length, one curve per way the prompt was served.
+void cache_ttft(const json& run, const std::string& png, std::ostringstream& s) {
+  s << "$ttft << EOD\n";
+  for (const json& r : run["cache_ttft"]) {
+    const json& t = r["ttft_s"];
+    s << r["prompt_tokens"].get<int64_t>();
+    for (const char* k : {"no_cache", "cold_with_cache", "host_hit", "disk_hit"}) s << " " << t.value(k, 0.0) * 1e3;
+    s << "\n";
+  }
+  s << "EOD\n" << png_terminal(png, 800) << "set logscale xy\nset logscale x 2\n"
+    << "set title " << quoted("Time to first token, cold and from the prefix cache\n" + run_title(run)) << " noenhanced\n"
+    << "set xlabel \"prompt tokens\"\nset ylabel \"time to first token (ms)\"\n"
+    << "plot $ttft using 1:2 with linespoints pointtype 7 title \"cold, no cache\", "
+       "$ttft using 1:3 with linespoints pointtype 7 title \"cold, cache saving\", "
+       "$ttft using 1:4 with linespoints pointtype 7 title \"hit: host memory\", "
+       "$ttft using 1:5 with linespoints pointtype 7 title \"hit: cache directory (page cache dropped)\"\n"
+    << "unset output\nreset\n";
+}
+
 }  // namespace
 
 BenchPlotScript bench_plot_script(const json& run, const std::string& json_path) {
@@ -160,6 +179,10 @@ BenchPlotScript bench_plot_script(const json& run, const std::string& json_path)
   if (decode_floor || prefill_floor) {
     out.pngs.push_back(stem + "_floor.png");
     floor_ratios(run, decode_floor, prefill_floor, out.pngs.back(), s);
+  }
+  if (run.contains("cache_ttft") && !run["cache_ttft"].empty()) {
+    out.pngs.push_back(stem + "_cache_ttft.png");
+    cache_ttft(run, out.pngs.back(), s);
   }
   if (!out.pngs.empty()) out.script = s.str();
   return out;

@@ -5,6 +5,7 @@
 //                    length, a point per batch size
 //   NAME_floor.png   measured time over the hardware floor (fields present on --device cuda or with --ceilings):
 //                    per batch size for each context, and per prompt length for --prefill
+//   NAME_cache_ttft.png  --cache-ttft: time to first token against prompt length, cold and from the prefix cache
 // A run with neither (no --batch, no floors) has nothing to draw. `strata bench serve --out FILE.json` draws
 //   NAME_latency.png the latency CDFs of the completed requests: TTFT, TPOT, E2E and the inter-token gaps (ms)
 #include <map>

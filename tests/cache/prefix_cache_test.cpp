@@ -226,5 +226,32 @@ TEST_F(PrefixCacheTest, AMissingBlockOrDamagedRowsFallBackToComputing) {
   EXPECT_GT(cold_cache->stats().store.corrupt_files, 0);
 }
 
+// The embedded demo model (models/demo/, trained weights, blocks of 128 tokens): a hit at a prompt that crosses two
+// block boundaries gives the cold tokens and logprobs. (Not under the sanitizers: its 129k-token vocabulary makes
+// every step slow there, and the random models above run the same code.)
+TEST_F(PrefixCacheTest, TheDemoModelResumesExactly) {
+  if (test::kSanitized) GTEST_SKIP() << "slow under the sanitizers; the random models cover the same code";
+  const fs::path dir = (fs::path(STRATA_FIXTURES) / ".." / ".." / "models" / "demo").lexically_normal();
+  if (!fs::exists(dir / "config.json")) GTEST_SKIP() << "no models/demo/ in this checkout";
+  const model::v4::Model demo = model::v4::load_model(dir.string());
+  CacheConfig c;
+  auto cache = std::make_shared<PrefixCache>(demo, c);
+  auto complete_on = [&](const std::vector<int32_t>& prompt, std::shared_ptr<PrefixCache> with) {
+    EngineConfig ec = engine_config(std::move(with));
+    Engine e(demo, ec);
+    e.add_request("r", prompt, sampled(4, false));
+    return run(e)["r"];
+  };
+  for (const int64_t len : {int64_t{300}}) {
+    std::vector<int32_t> prompt = test::token_ids(len, 9);
+    for (int32_t& t : prompt) t += 1000;
+    const Completion cold = complete_on(prompt, nullptr);
+    complete_on(prompt, cache);
+    const Completion hit = complete_on(prompt, cache);
+    EXPECT_EQ(hit.cached_tokens, (len - 1) / 128 * 128);
+    EXPECT_TRUE(same(cold, hit)) << len;
+  }
+}
+
 }  // namespace
 }  // namespace strata::cache
