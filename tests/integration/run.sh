@@ -4,7 +4,8 @@
 #   openai_client  the official OpenAI Node client (openai_client.test.mjs)
 #   soak           200 concurrent streams, a third leaving mid-stream (soak.test.mjs)
 #   curl           plain curl: whole, streamed and error responses (curl_test.sh)
-# Usage: run.sh openai_client|soak|curl STRATA_BINARY WORK_DIR
+#   cache          two servers sharing one prefix-cache directory, a restart, damaged files (cache_test.sh)
+# Usage: run.sh openai_client|soak|curl|cache STRATA_BINARY WORK_DIR
 # Exits 77 (ctest: skipped) when a tool or the test data is missing; scripts/setup.sh installs them all.
 set -euo pipefail
 kind=$1 binary=$2 work=$3
@@ -21,8 +22,8 @@ case $kind in
     command -v node >/dev/null || skip "node is not installed (scripts/setup.sh installs nodejs and npm)"
     command -v npm >/dev/null || skip "npm is not installed (scripts/setup.sh installs nodejs and npm)"
     ;;
-  curl) command -v curl >/dev/null || skip "curl is not installed (scripts/setup.sh installs it)" ;;
-  *) echo "run.sh: unknown test '$kind' (expected openai_client, soak or curl)" >&2; exit 2 ;;
+  curl | cache) command -v curl >/dev/null || skip "curl is not installed (scripts/setup.sh installs it)" ;;
+  *) echo "run.sh: unknown test '$kind' (expected openai_client, soak, curl or cache)" >&2; exit 2 ;;
 esac
 
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
@@ -32,6 +33,9 @@ mkdir -p "$work"
 
 if [ "$kind" = curl ]; then
   exec bash "$here/curl_test.sh" "$binary" "$work/model" "$work"
+fi
+if [ "$kind" = cache ]; then
+  exec bash "$here/cache_test.sh" "$binary" "$work/model" "$work"
 fi
 
 # node_modules from the committed lock file, once per change of it. The lock on the folder keeps two test runs
