@@ -1,7 +1,5 @@
 #include "cache/cache_directory.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <system_error>
@@ -13,28 +11,6 @@ namespace strata::cache {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-bool parse_fingerprint(const std::string& name, model::ModelFingerprint& fp) {
-  if (name.size() != 32) return false;
-  auto hex64 = [](std::string_view s, uint64_t& v) {
-    v = 0;
-    for (char c : s) {
-      if (c >= '0' && c <= '9') v = v << 4 | static_cast<uint64_t>(c - '0');
-      else if (c >= 'a' && c <= 'f') v = v << 4 | static_cast<uint64_t>(c - 'a' + 10);
-      else return false;
-    }
-    return true;
-  };
-  return hex64(std::string_view(name).substr(0, 16), fp.high) && hex64(std::string_view(name).substr(16), fp.low);
-}
-
-int64_t mtime_of(const fs::path& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_mtim.tv_sec) : -1;
-}
-
-}  // namespace
 
 DirectoryReport inspect_cache_directory(const std::string& dir, DirectoryAction action, int64_t now,
                                         std::optional<int64_t> max_bytes) {
@@ -52,7 +28,7 @@ DirectoryReport inspect_cache_directory(const std::string& dir, DirectoryAction 
   for (const fs::directory_entry& sub : fs::directory_iterator(dir, ec)) {
     model::ModelFingerprint fp;
     const std::string name = sub.path().filename().string();
-    if (!sub.is_directory(ec) || !parse_fingerprint(name, fp)) {
+    if (!sub.is_directory(ec) || !parse_fingerprint_hex(name, fp)) {
       report.ignored.push_back(name);
       continue;
     }
@@ -62,10 +38,10 @@ DirectoryReport inspect_cache_directory(const std::string& dir, DirectoryAction 
       if (!it->is_regular_file(ec)) continue;
       const fs::path path = it->path();
       const std::string file = path.filename().string();
-      const int64_t mtime = mtime_of(path);
+      const int64_t mtime = file_mtime_seconds(path.string());
       if (file.rfind(".tmp-", 0) == 0) {
         ++m.temporary;  // a write in progress, or one a crash cut short
-        if (gc && now - mtime > 3600) fs::remove(path, ec);
+        if (gc && now - mtime > kStaleTemporarySeconds) fs::remove(path, ec);
         continue;
       }
       EntryKey key;

@@ -1,6 +1,7 @@
 #include "cache/entry_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -83,6 +84,10 @@ bool parse_entry_name(std::string_view name, EntryKey& key) {
   return parse_hex64(name.substr(1, 16), key.hash.high) && parse_hex64(name.substr(17, 16), key.hash.low);
 }
 
+bool parse_fingerprint_hex(std::string_view name, model::ModelFingerprint& fp) {
+  return name.size() == 32 && parse_hex64(name.substr(0, 16), fp.high) && parse_hex64(name.substr(16), fp.low);
+}
+
 std::string encode_header(const EntryHeader& h) {
   std::string out(kMagic, sizeof kMagic);
   put(out, kVersion);
@@ -158,6 +163,11 @@ std::string write_entry_file(const std::string& path, const EntryHeader& header,
     why = "cannot rename " + tmp + ": " + std::strerror(errno);
   if (!why.empty()) ::unlink(tmp.c_str());
   return why;
+}
+
+int64_t file_mtime_seconds(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_mtim.tv_sec) : -1;
 }
 
 ReadResult read_entry_header(const std::string& path, EntryHeader& header) {

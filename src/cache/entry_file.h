@@ -41,11 +41,16 @@ struct EntryHeader {
   uint64_t payload_bytes = 0, payload_checksum = 0;
 };
 inline constexpr size_t kEntryHeaderBytes = 80;
+// A temporary file (".tmp-…") older than this is a leftover of a crashed writer; a younger one may be a write in
+// progress on another server sharing the directory, and is left alone.
+inline constexpr int64_t kStaleTemporarySeconds = 3600;
 
 // The file's name inside a model's folder: "<b|r><32 hex digits>.kv", under a folder of its first two hex digits.
 std::string entry_relative_path(const EntryKey& key);
 // Parses entry_relative_path's file name back (false for any other name).
 bool parse_entry_name(std::string_view file_name, EntryKey& key);
+// A model folder's name (ModelFingerprint::hex, 32 lower-case hex digits) back to the fingerprint.
+bool parse_fingerprint_hex(std::string_view name, model::ModelFingerprint& fingerprint);
 
 std::string encode_header(const EntryHeader& h);
 // Decodes and checks the magic, version and the header's own checksum; empty `why` on success.
@@ -63,6 +68,8 @@ struct ReadResult {
 };
 // Reads and checks a whole file: it must be `key`'s, made by `fingerprint`, complete, with matching checksums.
 ReadResult read_entry_file(const std::string& path, const EntryKey& key, const model::ModelFingerprint& fingerprint);
+// A file's mtime in seconds since the epoch (a cache file's last use), or -1 when it cannot be read.
+int64_t file_mtime_seconds(const std::string& path);
 // Only the header (for start-up scans and `strata cache stats`).
 ReadResult read_entry_header(const std::string& path, EntryHeader& header);
 

@@ -30,19 +30,6 @@ const char* to_string(Tier t) {
   return "none";
 }
 
-namespace {
-
-int64_t mtime_seconds(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return -1;
-  return static_cast<int64_t>(st.st_mtim.tv_sec);
-}
-
-// A temporary file older than this is a leftover of a crashed writer (another server may be writing a newer one).
-constexpr int64_t kStaleTemporarySeconds = 3600;
-
-}  // namespace
-
 KvStore::KvStore(const model::ModelFingerprint& fingerprint, StoreConfig config)
     : fingerprint_(fingerprint), cfg_(std::move(config)), clock_(cfg_.clock ? cfg_.clock : Clock(system_clock_seconds)) {
   if (cfg_.host_bytes < 0) fail("cache: host memory budget must be ≥ 0, got ", cfg_.host_bytes);
@@ -80,7 +67,7 @@ void KvStore::scan_directory() {
     if (!it->is_regular_file(ec)) continue;
     const std::string path = it->path().string(), name = it->path().filename().string();
     if (name.rfind(".tmp-", 0) == 0) {
-      if (t - mtime_seconds(path) > kStaleTemporarySeconds) fs::remove(it->path(), ec);
+      if (t - file_mtime_seconds(path) > kStaleTemporarySeconds) fs::remove(it->path(), ec);
       continue;
     }
     EntryKey key;
@@ -92,7 +79,7 @@ void KvStore::scan_directory() {
       fs::remove(it->path(), ec);
       continue;
     }
-    const int64_t last_use = mtime_seconds(path);
+    const int64_t last_use = file_mtime_seconds(path);
     if (last_use + h.ttl_seconds <= t) {
       ++stats_.expirations;
       fs::remove(it->path(), ec);
@@ -157,7 +144,7 @@ void KvStore::disk_trim(int64_t budget) {
 bool KvStore::disk_index_file(const EntryKey& key, int64_t t) {
   if (model_dir_.empty() || queued_.count(key)) return false;
   const std::string path = path_of(key);
-  const int64_t last_use = mtime_seconds(path);
+  const int64_t last_use = file_mtime_seconds(path);
   if (last_use < 0) return false;
   EntryHeader h;
   if (read_entry_header(path, h).status != ReadStatus::Ok || h.key != key || h.fingerprint != fingerprint_) return false;
@@ -325,7 +312,7 @@ void KvStore::collect_expired() {
     if (e.last_use + e.ttl <= t) gone.push_back(k);
   for (const EntryKey& k : gone) {
     // Another server sharing the directory may have used it since: its mtime says.
-    const int64_t last_use = mtime_seconds(path_of(k));
+    const int64_t last_use = file_mtime_seconds(path_of(k));
     if (last_use >= 0 && last_use + disk_[k].ttl > t) {
       disk_[k].last_use = last_use;
       continue;
