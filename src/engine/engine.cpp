@@ -154,7 +154,10 @@ std::vector<TokenEvent> Engine::step() {
     s.history.add_output(token);
     ++totals_.generated_tokens;
     TokenEvent e{s.request_id, s.index, token, o.logprob, std::move(o.top_logprobs), false, FinishReason::None, {}, {}};
-    if (first && s.cache) e.cached_tokens = s.cache->cached_tokens;
+    if (first && s.cache) {
+      e.cached_tokens = s.cache->cached_tokens;
+      cfg_.cache->count_miss(static_cast<int64_t>(s.prompt.size()) - e.cached_tokens);
+    }
     if (span.all_logits) {
       e.logits.assign(o.logits.end() - vocab, o.logits.end());
       if (first) e.prompt_logits = std::move(s.prompt_logits);

@@ -25,11 +25,9 @@ int64_t Engine::cache_restore(Sequence& s, model::SequenceState& state) {
   const int64_t B = cfg_.cache->block_tokens();
   // At least one token is left to compute: its logits pick the next token.
   const int64_t restored = cfg_.cache->restore(s.cache->hashes, (s.num_tokens() - 1) / B, state, s.cache->ttl_seconds);
-  if (!s.cache->admitted) {
-    s.cache->admitted = true;
-    s.cache->cached_tokens = std::min<int64_t>(restored, static_cast<int64_t>(s.prompt.size()));
-    cfg_.cache->count_miss(static_cast<int64_t>(s.prompt.size()) - s.cache->cached_tokens);
-  }
+  // Until the first token, the latest admission is the one the usage reports (an admission can fail for blocks and
+  // be retried after other sequences finish).
+  if (s.output.empty()) s.cache->cached_tokens = std::min<int64_t>(restored, static_cast<int64_t>(s.prompt.size()));
   return restored;
 }
 

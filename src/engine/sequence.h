@@ -24,8 +24,8 @@ struct SequenceCache {
   std::vector<model::BlockHash> hashes;  // of its known tokens' full blocks, chained from the scope's salt
   model::BlockHash salt;
   int64_t ttl_seconds = 0;
-  int64_t cached_tokens = 0;  // prompt tokens restored at its first admission (what the usage reports)
-  bool admitted = false;
+  // Prompt tokens restored at the admission that produced its first token (what the usage reports).
+  int64_t cached_tokens = 0;
   std::string staged_rows;    // boundary rows of the last block boundary decode passed, saved when it finishes
   int64_t staged_blocks = 0;
 };
