@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/error.h"
@@ -16,6 +17,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+const char* reuse_mode_name(ReuseMode mode) { return mode == ReuseMode::Exact ? "exact" : "replay"; }
+
 PrefixCache::PrefixCache(const model::Model& model, CacheConfig config)
     : model_(model),
       cfg_(std::move(config)),
@@ -29,12 +32,17 @@ PrefixCache::PrefixCache(const model::Model& model, CacheConfig config)
          cfg_.ttl_agent_seconds, " s)");
   if (model.state_layout().block_floats == 0)
     fail("cache: this model keeps no token blocks (no compressed attention), so it has no prefix to cache");
+  if (cfg_.mode == ReuseMode::Replay && cfg_.replay_tokens < model.config().sliding_window)
+    fail("cache: replay mode re-runs ", cfg_.replay_tokens, " tokens, fewer than the model's sliding window (",
+         model.config().sliding_window, ") it must rebuild");
 }
 
 model::BlockHash PrefixCache::salt(const std::string& scope) const {
   const model::ModelFingerprint fp = model_.fingerprint();
   std::string bytes(reinterpret_cast<const char*>(&fp.low), sizeof fp.low);
   bytes.append(reinterpret_cast<const char*>(&fp.high), sizeof fp.high);
+  // The modes never share blocks: a block computed after a replay is an approximation an exact hit must not use.
+  bytes += cfg_.mode == ReuseMode::Exact ? 'e' : 'r';
   bytes += scope;
   const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
   return {h.low64, h.high64};
@@ -57,13 +65,20 @@ int64_t PrefixCache::restore(const std::vector<model::BlockHash>& hashes, int64_
     else break;
   }
   int64_t k = static_cast<int64_t>(tiers.size());
-  while (k > 0 && store_.find({EntryKind::Rows, hashes[static_cast<size_t>(k - 1)]}) == Tier::None) --k;
-  if (k == 0) return 0;
+  const bool replay = cfg_.mode == ReuseMode::Replay;
+  if (replay) {
+    if (k * block_tokens_ <= cfg_.replay_tokens) return 0;  // nothing would be left not to compute
+  } else {
+    while (k > 0 && store_.find({EntryKind::Rows, hashes[static_cast<size_t>(k - 1)]}) == Tier::None) --k;
+    if (k == 0) return 0;
+  }
+  const int64_t restored = replay ? k * block_tokens_ - cfg_.replay_tokens : k * block_tokens_;
 
   std::vector<std::shared_ptr<const std::string>> payloads;  // keeps host copies alive through the restore
   std::vector<model::Model::PrefixBlock> blocks;
-  const std::shared_ptr<const std::string> rows = store_.load({EntryKind::Rows, hashes[static_cast<size_t>(k - 1)]}, ttl);
-  bool ok = rows != nullptr;
+  std::shared_ptr<const std::string> rows;
+  if (!replay) rows = store_.load({EntryKind::Rows, hashes[static_cast<size_t>(k - 1)]}, ttl);
+  bool ok = replay || rows != nullptr;
   for (int64_t i = 0; i < k && ok; ++i) {
     const model::BlockHash& h = hashes[static_cast<size_t>(i)];
     if (const std::optional<int32_t> shared = into.pool->find(h)) {
@@ -81,7 +96,8 @@ int64_t PrefixCache::restore(const std::vector<model::BlockHash>& hashes, int64_
   }
   if (ok) {
     try {
-      model_.restore_prefix(blocks, *rows, into);
+      if (replay) model_.restore_prefix_for_replay(blocks, restored, into);
+      else model_.restore_prefix(blocks, *rows, into);
     } catch (const Error&) {
       ok = false;  // e.g. the pool is out of blocks, or rows that do not fit: computed instead
     }
@@ -96,15 +112,21 @@ int64_t PrefixCache::restore(const std::vector<model::BlockHash>& hashes, int64_
   for (int64_t i = 0; i < k; ++i) into.pool->set_hash(into.blocks[static_cast<size_t>(i)], hashes[static_cast<size_t>(i)]);
   ++stats_.hits;
   ++stats_.restores;
-  for (int64_t i = 0; i < k; ++i) stats_.hit_tokens[static_cast<size_t>(tiers[static_cast<size_t>(i)])] += block_tokens_;
+  for (int64_t i = 0; i < k; ++i)  // (replay mode: the replayed tokens are computed, so not hits)
+    stats_.hit_tokens[static_cast<size_t>(tiers[static_cast<size_t>(i)])] +=
+        std::clamp<int64_t>(restored - i * block_tokens_, 0, block_tokens_);
   stats_.restore_seconds += seconds_since(start);
-  return k * block_tokens_;
+  return restored;
 }
 
 void PrefixCache::save(const model::SequenceState& state, const std::vector<model::BlockHash>& hashes, int64_t ttl) {
   if (state.num_tokens % block_tokens_ != 0)
     fail("cache: a save at ", state.num_tokens, " tokens, not a block boundary (", block_tokens_, " tokens)");
   save_with_rows(state, hashes, state.num_tokens / block_tokens_, rows_of(state), ttl);
+}
+
+std::string PrefixCache::rows_of(const model::SequenceState& state) const {
+  return cfg_.mode == ReuseMode::Exact ? model_.boundary_rows(state) : std::string();
 }
 
 void PrefixCache::save_with_rows(const model::SequenceState& state, const std::vector<model::BlockHash>& hashes,
@@ -124,10 +146,11 @@ void PrefixCache::save_with_rows(const model::SequenceState& state, const std::v
     ++saved;
   }
   // Rows last: a prefix is resumable once its rows are found, so its blocks must already be there.
-  store_.store({EntryKind::Rows, hashes[static_cast<size_t>(k - 1)]}, std::move(rows), ttl);
+  const bool exact = cfg_.mode == ReuseMode::Exact;
+  if (exact) store_.store({EntryKind::Rows, hashes[static_cast<size_t>(k - 1)]}, std::move(rows), ttl);
   std::lock_guard lock(mu_);
   stats_.saved_blocks += saved;
-  ++stats_.saved_rows;
+  stats_.saved_rows += exact;
   stats_.save_seconds += seconds_since(start);
 }
 

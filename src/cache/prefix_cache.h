@@ -5,7 +5,8 @@
 //
 // A prefix is resumable at a block boundary n = k·B (B = the state layout's block_tokens) when its k token blocks
 // and its boundary rows at n are all cached ("exact" mode: the restored state is the one a cold prefill reaches, bit
-// for bit). Blocks come from the engine's state pool when another sequence holds them (tier gpu: shared by
+// for bit), or in "replay" mode when its k blocks are (the state then stands at n - replay_tokens, and the engine's
+// prefill of the rest replays those tokens first: Model::restore_prefix_for_replay). Blocks come from the engine's state pool when another sequence holds them (tier gpu: shared by
 // reference, no copy) or from the store (kv_store.h: host memory, then the directory). Prefix hashes are chained
 // over the tokens from a salt of the model fingerprint and the request's isolation scope (salt()), so
 // tenants never see each other's entries.
@@ -21,8 +22,18 @@
 
 namespace strata::cache {
 
+// What a checkpoint keeps (docs/kv_cache.md "Two reuse modes").
+enum class ReuseMode {
+  Exact,   // token blocks + boundary rows: a hit resumes bit for bit where a cold prefill would be
+  Replay,  // token blocks only (DeepSeek's bounded replay): a hit re-runs the prefix's last replay_tokens tokens to
+           // rebuild the sliding window and the compressors' rings, approximately
+};
+const char* reuse_mode_name(ReuseMode mode);
+
 struct CacheConfig {
   StoreConfig store;
+  ReuseMode mode = ReuseMode::Exact;
+  int64_t replay_tokens = 140;  // replay mode: tokens re-run before a hit's boundary (≥ the sliding window)
   // Prefill checkpoints: every this many blocks of a long prompt (besides its last block boundary).
   int64_t checkpoint_every_blocks = 32;
   int64_t ttl_chat_seconds = 7 * 86400, ttl_agent_seconds = 3 * 86400;
@@ -48,15 +59,17 @@ class PrefixCache {
   model::BlockHash salt(const std::string& scope) const;
 
   // Restores into `into` the longest cached resumable prefix made of the first ≤ max_blocks of `hashes`; returns
-  // the tokens restored (0: a miss, `into` reset). Counts hit tokens by tier. A damaged entry is a miss.
+  // the tokens restored, where `into` now stands (0: a miss, `into` reset; in replay mode the tokens to replay are
+  // not counted). Counts hit tokens by tier. A damaged entry is a miss.
   int64_t restore(const std::vector<model::BlockHash>& hashes, int64_t max_blocks, model::SequenceState& into,
                   int64_t ttl_seconds);
   // Saves `state`, which must stand at a block boundary k·B with hashes of at least k blocks: its blocks not cached
   // yet and its boundary rows.
   void save(const model::SequenceState& state, const std::vector<model::BlockHash>& hashes, int64_t ttl_seconds);
   // The boundary rows of `state` now (for a save later, once more blocks are known to be needed).
-  std::string rows_of(const model::SequenceState& state) const { return model_.boundary_rows(state); }
-  // Saves blocks [0, k) of `state` and rows captured earlier by rows_of at the boundary k·B.
+  std::string rows_of(const model::SequenceState& state) const;
+  // Saves blocks [0, k) of `state` and rows captured earlier by rows_of at the boundary k·B (in replay mode, the
+  // blocks only: `rows` is ignored and may be empty).
   void save_with_rows(const model::SequenceState& state, const std::vector<model::BlockHash>& hashes, int64_t k,
                       std::string rows, int64_t ttl_seconds);
   void count_miss(int64_t tokens);

@@ -9,7 +9,8 @@
 namespace strata::cli {
 
 const std::set<std::string> kCacheOptions = {"cache", "cache-dir", "cache-host-memory", "cache-disk", "cache-mode",
-                                             "cache-ttl-chat", "cache-ttl-agent", "cache-checkpoint-blocks"};
+                                             "cache-replay-tokens", "cache-ttl-chat", "cache-ttl-agent",
+                                             "cache-checkpoint-blocks"};
 const char* const kCacheOptionsHelp =
     R"(  --cache on|off             reuse computed prompt prefixes across requests (default on): a prompt resumes from
                              the longest cached prefix, exactly as a cold prefill would have computed it
@@ -17,7 +18,10 @@ const char* const kCacheOptionsHelp =
                              servers share): they survive restarts; default: host memory only
   --cache-host-memory BYTES  host memory for cached prefixes (default 4GiB)
   --cache-disk BYTES         room in --cache-dir (default 200GiB; less if the disk fills up)
-  --cache-mode exact         what is stored: exact = everything a bit-identical resume needs (the only mode yet)
+  --cache-mode exact|replay  what is stored: exact = everything a bit-identical resume needs (default); replay =
+                             compressed entries only, a hit re-runs the prefix's last tokens to rebuild the sliding
+                             window (DeepSeek's bounded replay: less storage, not bit-identical; docs/kv_cache.md)
+  --cache-replay-tokens N    replay mode: tokens re-run before a cached prefix's end (default 140; ≥ the window)
   --cache-ttl-chat D         how long a chat request's prefix lives after its last use (default 7d; 90s, 45m, 24h)
   --cache-ttl-agent D        the same for agent requests: those with tools or "cache_class": "agent" (default 3d)
   --cache-checkpoint-blocks N  save a long prompt's state every N token blocks as it is prefilled (default 32)
@@ -49,7 +53,11 @@ EngineOptions read_engine_options(const Args& args, int64_t default_max_num_seqs
   c.store.disk_bytes = args.has("cache-disk") ? parse_byte_count(args.str("cache-disk"), "cache-disk") : int64_t{200} << 30;
   if (args.has("cache-disk") && !args.has("cache-dir")) fail("option --cache-disk: needs --cache-dir");
   const std::string mode = args.str("cache-mode", "exact");
-  if (mode != "exact") fail("option --cache-mode: expected exact, found '", mode, "'");
+  if (mode != "exact" && mode != "replay") fail("option --cache-mode: expected exact or replay, found '", mode, "'");
+  c.mode = mode == "exact" ? cache::ReuseMode::Exact : cache::ReuseMode::Replay;
+  c.replay_tokens = positive_integer(args, "cache-replay-tokens", c.replay_tokens);
+  if (args.has("cache-replay-tokens") && c.mode != cache::ReuseMode::Replay)
+    fail("option --cache-replay-tokens: needs --cache-mode replay");
   auto duration = [&](const char* name, int64_t fallback) {
     if (!args.has(name)) return fallback;
     try {

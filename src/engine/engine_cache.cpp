@@ -70,7 +70,7 @@ void Engine::cache_after_step(Sequence& s) {
 }
 
 void Engine::cache_on_finish(Sequence& s) {
-  if (s.slot < 0 || s.cache->staged_rows.empty()) return;
+  if (s.slot < 0 || s.cache->staged_blocks == 0) return;
   const model::SequenceState& state = pool_.slot(s.slot);
   if (static_cast<int64_t>(state.blocks.size()) < s.cache->staged_blocks ||
       state.num_tokens < s.cache->staged_blocks * cfg_.cache->block_tokens())
@@ -78,6 +78,7 @@ void Engine::cache_on_finish(Sequence& s) {
   cfg_.cache->save_with_rows(state, s.cache->hashes, s.cache->staged_blocks, std::move(s.cache->staged_rows),
                              s.cache->ttl_seconds);
   s.cache->staged_rows.clear();
+  s.cache->staged_blocks = 0;
 }
 
 }  // namespace strata::engine

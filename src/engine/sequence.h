@@ -26,7 +26,8 @@ struct SequenceCache {
   int64_t ttl_seconds = 0;
   // Prompt tokens restored at the admission that produced its first token (what the usage reports).
   int64_t cached_tokens = 0;
-  std::string staged_rows;    // boundary rows of the last block boundary decode passed, saved when it finishes
+  // The last block boundary decode passed (its blocks, and in exact mode its boundary rows), saved when it finishes.
+  std::string staged_rows;
   int64_t staged_blocks = 0;
 };
 

@@ -76,6 +76,13 @@ class Model {
   };
   virtual void restore_prefix(const std::vector<PrefixBlock>& blocks, std::string_view boundary_rows,
                               SequenceState& into) const = 0;
+  // Bounded replay (the prefix cache's "replay" mode, which stores no boundary rows): `into` gets the blocks of a
+  // prefix of n = blocks.size()·B tokens but stands at `replay_from`, with empty rings below it. Running tokens
+  // [replay_from, n) through a forward then rebuilds the sliding window and the compressors' rings — approximately,
+  // as those tokens see no window before replay_from — while the restored entries stay (sequence_state.h). Throws
+  // when replay_from leaves fewer tokens than the window (and the compressors) need, or the pool is exhausted.
+  virtual void restore_prefix_for_replay(const std::vector<PrefixBlock>& blocks, int64_t replay_from,
+                                         SequenceState& into) const = 0;
 
   // One step over several sequences: the logits of their logits rows stay where they were computed; `stage` says
   // what happens to each there (logits_stage.h: raw rows home, penalties, picks) and what comes home.

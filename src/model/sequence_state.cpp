@@ -34,11 +34,15 @@ void SequenceState::reset() {
   blocks.clear();
   block_hashes.clear();
   num_tokens = 0;
+  window_floor = entries_kept_until = 0;
 }
 
 void SequenceState::rollback(int64_t kept, const std::function<void(float*, const float*, int64_t)>& copy_block) {
   if (kept < 0 || kept > num_tokens)
     fail("rollback: cannot keep ", kept, " tokens of a sequence of ", num_tokens);
+  if (replaying())
+    fail("rollback: the state is rebuilding its window by bounded replay up to position ", entries_kept_until,
+         " (now at ", num_tokens, ")");
   if (num_tokens - kept > layout->max_rollback)
     fail("rollback: dropping ", num_tokens - kept, " tokens, but this state's rings keep only ", layout->max_rollback,
          " droppable tokens (the model's max_rollback)");

@@ -25,6 +25,15 @@ struct SequenceState {
   // Content hashes of the first block_hashes.size() blocks (all full), chained over the tokens (token_blocks.h).
   std::vector<BlockHash> block_hashes;
   std::unique_ptr<BlockPool> own_pool;  // set when the state was made without a shared pool
+  // Bounded replay (Model::restore_prefix_for_replay, the prefix cache's "replay" mode): the rings hold nothing
+  // below `window_floor`, so attention looks no further back than it; the entries of every window that closes at or
+  // before `entries_kept_until` were restored, so the compressors do not compute them again (the blocks holding
+  // them may be shared). Both 0 outside a replay; cleared once num_tokens reaches entries_kept_until.
+  int64_t window_floor = 0;
+  int64_t entries_kept_until = 0;
+  bool replaying() const { return num_tokens < entries_kept_until; }
+  // Whether the compressor keeps (does not compute) the entry of window `w` at `rate` tokens per entry.
+  bool keeps_entry(int64_t w, int64_t rate) const { return (w + 1) * rate <= entries_kept_until; }
 
   const LayerLayout& layer(int64_t l) const { return layout->layers[static_cast<size_t>(l)]; }
   // Fixed-state rings of layer l (valid on the CPU only; on a GPU these are device addresses).

@@ -6,14 +6,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 
+#include "cache/small_block_model.h"
 #include "engine/engine.h"
 #include "model/deepseek_v4/model.h"
-#include "model/deepseek_v4/presets.h"
-#include "model/deepseek_v4/random_init.h"
 #include "test_util.h"
 
 namespace strata::cache {
@@ -26,19 +26,7 @@ using engine::EngineConfig;
 using engine::SamplingParams;
 using engine::TokenEvent;
 
-// The tiny preset with compression rates 4 and 16 and a 16-token window: token blocks of 16 tokens, so short
-// prompts cross many block boundaries.
-model::v4::Model& small_block_model() {
-  static model::v4::Model* m = [] {
-    model::ModelConfig c = model::v4::preset_config("tiny");
-    c.hca_compress_rate = 16;
-    c.sliding_window = 16;
-    const std::string dir = test::temp_dir("prefix_cache_model");
-    model::v4::write_random_checkpoint(c, dir, 5, DType::F32);
-    return new model::v4::Model(model::v4::load_model(dir));
-  }();
-  return *m;
-}
+using test_models::small_block_model;
 
 struct Completion {
   std::vector<int32_t> tokens;
@@ -224,6 +212,45 @@ TEST_F(PrefixCacheTest, AMissingBlockOrDamagedRowsFallBackToComputing) {
   EXPECT_TRUE(same(cold, again));
   EXPECT_EQ(again.cached_tokens, 0);
   EXPECT_GT(cold_cache->stats().store.corrupt_files, 0);
+}
+
+// Replay mode (DeepSeek's bounded replay): checkpoints keep token blocks only; a hit restores them and replays the
+// prefix's last replay_tokens tokens, in whatever chunks the scheduler cuts. The modes never share entries.
+TEST_F(PrefixCacheTest, ReplayModeKeepsBlocksOnlyAndReplaysTheLastTokensOfAHit) {
+  CacheConfig c;
+  c.store.dir = dir_;
+  c.mode = ReuseMode::Replay;
+  c.replay_tokens = 20;
+  c.checkpoint_every_blocks = 2;
+  auto cache = std::make_shared<PrefixCache>(small_block_model(), c);
+  const std::vector<int32_t> prompt = test::token_ids(70, 51);
+  const Completion cold = complete(prompt, sampled(5, true), nullptr);
+  EXPECT_TRUE(same(cold, complete(prompt, sampled(5, true), cache)));  // a miss computes everything
+  const Completion hit = complete(prompt, sampled(5, true), cache);
+  EXPECT_EQ(hit.cached_tokens, 64 - 20);  // 4 blocks found; their last 20 tokens replayed
+  ASSERT_EQ(hit.tokens.size(), cold.tokens.size());
+  for (float lp : hit.logprobs) EXPECT_TRUE(std::isfinite(lp));
+  // The same hit prefilled 8 tokens a step: the replay does not depend on the chunking.
+  Engine chunked(small_block_model(), engine_config(cache, 8));
+  chunked.add_request("r", prompt, sampled(5, true));
+  EXPECT_TRUE(same(hit, run(chunked)["r"]));
+  const PrefixCacheStats st = cache->stats();
+  EXPECT_EQ(st.saved_rows, 0);
+  EXPECT_GT(st.saved_blocks, 0);
+  EXPECT_EQ(st.restore_failures, 0);
+  cache->store().flush();
+  for (const auto& f : fs::recursive_directory_iterator(cache->store().model_dir()))
+    if (f.is_regular_file()) {
+      EXPECT_NE(f.path().filename().string()[0], 'r') << f.path();
+    }
+  // An exact-mode cache over the same directory finds nothing of replay mode's.
+  auto exact = make_cache(true);
+  EXPECT_EQ(complete(prompt, sampled(5, true), exact).cached_tokens, 0);
+  // A prefix no longer than the replay is a miss; fewer replayed tokens than the window is a configuration error.
+  EXPECT_EQ(complete(test::token_ids(17, 52), sampled(2, true), cache).cached_tokens, 0);
+  c.replay_tokens = 15;
+  EXPECT_NE(test::error_of([&] { PrefixCache bad(small_block_model(), c); }).find("fewer than the model's sliding window"),
+            std::string::npos);
 }
 
 // The embedded demo model (models/demo/, trained weights, blocks of 128 tokens): a hit at a prompt that crosses two

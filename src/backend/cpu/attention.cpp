@@ -32,7 +32,8 @@ Mat CpuBackend::sparse_attention(const Mat& q, const Mat& kv, const std::vector<
           const int64_t ring_rows = st.layout->window_rows;
           const CompressorLayout& comp = st.layer(layer).compressor;
           keys.clear();
-          for (int64_t j = std::max<int64_t>(0, pos - window + 1); j <= pos; ++j)
+          // A bounded replay's rings hold nothing below its window floor (sequence_state.h).
+          for (int64_t j = std::max<int64_t>(st.window_floor, pos - window + 1); j <= pos; ++j)
             keys.push_back(j >= pos0 ? kv.row(first + j - pos0) : ring + (j % ring_rows) * hd);
           if (keys_kind == AttentionKeys::WindowAndPicked) {
             for (int32_t e : picks[s]) keys.push_back(st.entry(comp, e));

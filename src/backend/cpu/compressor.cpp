@@ -31,6 +31,7 @@ void CpuBackend::compress(const CompressorWeights& w, const Mat& kv, const Mat& 
       if ((pos + 1) % rate != 0) continue;
 
       const int64_t window = pos / rate, start = window * rate;
+      if (st.keeps_entry(window, rate)) continue;  // restored by a bounded replay, which lacks its raw rows
       std::vector<float> entry(static_cast<size_t>(dim));
       std::vector<float> logits(static_cast<size_t>(2 * rate)), values(static_cast<size_t>(2 * rate));
       const int64_t own = w.overlap ? dim : 0;  // offset of the slice that feeds this window's own entry

@@ -14,7 +14,8 @@ __global__ void attention_keys_kernel(const float* kv, float* const* ring, int64
                                       const float** keys, int32_t* key_count) {
   const int64_t r = blockIdx.x, chunk = L.chunk[r], pos = L.position[r];
   const int64_t pos0 = L.pos0[chunk], first = L.first[chunk];
-  const int64_t lo = pos - window + 1 > 0 ? pos - window + 1 : 0;
+  const int64_t lowest = L.window_floor[chunk];  // a bounded replay's rings hold nothing below it
+  const int64_t lo = pos - window + 1 > lowest ? pos - window + 1 : lowest;
   const int64_t n_window = pos - lo + 1;
   const float** out = keys + r * max_keys;
   for (int64_t i = threadIdx.x; i < n_window; i += blockDim.x) {

@@ -85,11 +85,14 @@ void CudaBackend::begin_step(const Step& step) {
                at_first = pack.add(ints(r.first)), at_pos0 = pack.add(ints(r.pos0)), at_count = pack.add(ints(r.count)),
                at_tokens = pack.add(r.tokens);
   std::vector<float*> bases(static_cast<size_t>(chunks));
+  std::vector<int32_t> floors(static_cast<size_t>(chunks));
   for (int64_t c = 0; c < chunks; ++c) {
     const SequenceState& s = step.state(c);
     if (s.layout != &layout_) fail("CUDA forward: sequence ", c, " has a state of another model or backend");
     bases[static_cast<size_t>(c)] = s.fixed.get();
+    floors[static_cast<size_t>(c)] = static_cast<int32_t>(s.window_floor);
   }
+  const size_t at_floor = pack.add(floors);
   const size_t at_state = pack.add(bases);
   // The rows whose logits the step computes (Forward::run asks hyper_head for them).
   wanted_ = &r.logits_rows;
@@ -129,7 +132,9 @@ void CudaBackend::begin_step(const Step& step) {
         int64_t most = 0, bound = 0;
         for (int64_t c = 0; c < chunks; ++c) {
           const int64_t e0 = r.pos0[c] / cl.rate, e1 = (r.pos0[c] + r.count[c]) / cl.rate;
-          for (int64_t w = e0; w < e1; ++w) work.insert(work.end(), {static_cast<int32_t>(c), static_cast<int32_t>(w)});
+          for (int64_t w = e0; w < e1; ++w)  // (a bounded replay's restored entries stay)
+            if (!step.state(c).keeps_entry(w, cl.rate))
+              work.insert(work.end(), {static_cast<int32_t>(c), static_cast<int32_t>(w)});
           most = std::max(most, e1);
           bound += (r.count[c] + cl.rate - 1) / cl.rate;
         }
@@ -150,6 +155,7 @@ void CudaBackend::begin_step(const Step& step) {
   rows_.first = reinterpret_cast<const int32_t*>(at(at_first));
   rows_.pos0 = reinterpret_cast<const int32_t*>(at(at_pos0));
   rows_.count = reinterpret_cast<const int32_t*>(at(at_count));
+  rows_.window_floor = reinterpret_cast<const int32_t*>(at(at_floor));
   rows_.rows = n;
   rows_.chunks = chunks;
   tokens_ = reinterpret_cast<const int32_t*>(at(at_tokens));

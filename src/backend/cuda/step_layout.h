@@ -15,7 +15,8 @@ struct EntryTable {
   int64_t max_pages = 0, page_floats = 0, per_page = 0, dim = 0;
 };
 
-// Per-step rows: position and chunk of every row; first row, first position and row count of every chunk.
+// Per-step rows: position and chunk of every row; first row, first position, row count and window floor of every
+// chunk.
 struct StepLayout {
   const int32_t* position = nullptr;
   const int32_t* chunk = nullptr;
@@ -23,6 +24,7 @@ struct StepLayout {
   const int32_t* pos0 = nullptr;
   const int32_t* count = nullptr;
   int64_t rows = 0, chunks = 0;
+  const int32_t* window_floor = nullptr;  // per chunk: attention looks no further back (bounded replay; else 0)
 };
 
 }  // namespace strata::cuda

@@ -77,7 +77,11 @@ class Forward {
       logits = b_.linear(y, w_.head);
       b_.end_recording(logits);
     }
-    for (SequenceChunk& ch : chunks) ch.state->num_tokens += static_cast<int64_t>(ch.tokens.size());
+    for (SequenceChunk& ch : chunks) {
+      SequenceState& st = *ch.state;
+      st.num_tokens += static_cast<int64_t>(ch.tokens.size());
+      if (st.entries_kept_until && !st.replaying()) st.window_floor = st.entries_kept_until = 0;  // replay done
+    }
 
     // The sampling stage, where the logits are: the raw rows asked for go home first, then the logit processors
     // change their rows in place, then the picks are made; only ids come home for those.

@@ -148,6 +148,10 @@ namespace {
 void check_same_model(const SequenceState& from, const SequenceState& to, const StateLayout& layout, const char* op) {
   if (from.layout != &layout || to.layout != &layout) fail(op, ": states of another model");
   if (&from == &to) fail(op, ": a state onto itself");
+  // Its blocks reach past num_tokens and its rings lack rows until the replay ends (sequence_state.h).
+  if (from.replaying())
+    fail(op, ": the source is rebuilding its window by bounded replay up to position ", from.entries_kept_until,
+         " (now at ", from.num_tokens, ")");
 }
 
 }  // namespace

@@ -74,6 +74,8 @@ class Model : public model::Model {
   std::string boundary_rows(const SequenceState& state) const override;
   void restore_prefix(const std::vector<PrefixBlock>& blocks, std::string_view boundary_rows,
                       SequenceState& into) const override;
+  void restore_prefix_for_replay(const std::vector<PrefixBlock>& blocks, int64_t replay_from,
+                                 SequenceState& into) const override;
 
   // Every row's arithmetic is the same as in a solo forward, so on the CPU results are bit-identical however
   // sequences are batched.
@@ -94,6 +96,9 @@ class Model : public model::Model {
   };
 
  private:
+  // restore_prefix's first part: each block shared from into's pool or copied in from host memory.
+  void take_prefix_blocks(const std::vector<PrefixBlock>& blocks, SequenceState& into) const;
+
   std::unique_ptr<Parts> parts_;
   Device device_ = Device::Cpu;
   Precision precision_ = Precision::Bf16;

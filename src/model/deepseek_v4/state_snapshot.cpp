@@ -163,6 +163,10 @@ std::string_view open_section(std::string_view piece, size_t at, const std::stri
 SnapshotWriter::SnapshotWriter(const Model& model, const SequenceState& state, Sections sections)
     : model_(model), state_(state), sections_(sections) {
   check_state_of(model, state, "snapshot's");
+  // Its rings lack the rows below the window floor until the replay ends (sequence_state.h).
+  if (state.replaying())
+    fail("state snapshot: the state is rebuilding its window by bounded replay up to position ",
+         state.entries_kept_until, " (now at ", state.num_tokens, ")");
 }
 
 std::string SnapshotWriter::header() const {
@@ -376,22 +380,26 @@ std::string Model::boundary_rows(const SequenceState& state) const {
   return SnapshotWriter(*this, state, Sections::RowsOnly).all();
 }
 
+void Model::take_prefix_blocks(const std::vector<PrefixBlock>& blocks, SequenceState& into) const {
+  for (const PrefixBlock& b : blocks) {
+    if (b.shared >= 0) {
+      into.pool->retain(b.shared);
+      into.blocks.push_back(b.shared);
+      continue;
+    }
+    if (!b.host) fail("restore_prefix: a block with neither a shared id nor host data");
+    const std::optional<int32_t> mine = into.pool->allocate();
+    if (!mine) fail("restore_prefix: the state pool is out of token blocks (", blocks.size(), " needed)");
+    into.blocks.push_back(*mine);
+    runner_->from_host(into.pool->block(*mine), b.host, parts_->layout.block_floats);
+  }
+}
+
 void Model::restore_prefix(const std::vector<PrefixBlock>& blocks, std::string_view rows, SequenceState& into) const {
   check_state_of(*this, into, "restore_prefix target");
   into.reset();
   try {
-    for (const PrefixBlock& b : blocks) {
-      if (b.shared >= 0) {
-        into.pool->retain(b.shared);
-        into.blocks.push_back(b.shared);
-        continue;
-      }
-      if (!b.host) fail("restore_prefix: a block with neither a shared id nor host data");
-      const std::optional<int32_t> mine = into.pool->allocate();
-      if (!mine) fail("restore_prefix: the state pool is out of token blocks (", blocks.size(), " needed)");
-      into.blocks.push_back(*mine);
-      runner_->from_host(into.pool->block(*mine), b.host, parts_->layout.block_floats);
-    }
+    take_prefix_blocks(blocks, into);
     SnapshotReader reader(*this, into, Sections::RowsOnly);
     reader.take_all(rows);
     if (into.num_tokens != static_cast<int64_t>(blocks.size()) * parts_->layout.block_tokens)
@@ -401,6 +409,32 @@ void Model::restore_prefix(const std::vector<PrefixBlock>& blocks, std::string_v
     into.reset();
     throw;
   }
+}
+
+void Model::restore_prefix_for_replay(const std::vector<PrefixBlock>& blocks, int64_t replay_from,
+                                      SequenceState& into) const {
+  check_state_of(*this, into, "restore_prefix_for_replay target");
+  const StateLayout& layout = parts_->layout;
+  const int64_t end = static_cast<int64_t>(blocks.size()) * layout.block_tokens;
+  // From replay_from on, the replayed tokens must refill the whole window and every compressor's raw rows that the
+  // first entry past `end` pools (the previous window too, with overlap).
+  int64_t need = config().sliding_window;
+  for (const LayerLayout& l : layout.layers)
+    for (const CompressorLayout* c : {&l.compressor, &l.indexer})
+      if (*c) need = std::max(need, end - c->first_needed(end));
+  if (replay_from < 0 || replay_from > end - need)
+    fail("restore_prefix_for_replay: replaying from position ", replay_from, " of a ", end,
+         "-token prefix; the window and the compressors need the last ", need, " tokens replayed at least");
+  into.reset();
+  try {
+    take_prefix_blocks(blocks, into);
+  } catch (...) {
+    into.reset();
+    throw;
+  }
+  into.num_tokens = replay_from;
+  into.window_floor = replay_from;
+  into.entries_kept_until = end;
 }
 
 }  // namespace strata::model::v4
