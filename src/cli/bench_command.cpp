@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
@@ -17,10 +18,12 @@
 #include <vector>
 
 #include "bench/step_floor.h"
+#include "cache/prefix_cache.h"
 #include "cli/args.h"
 #include "cli/backend_flags.h"
 #include "cli/bench_cache.h"
 #include "cli/bench_plots.h"
+#include "cli/bench_replay.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "cli/git_commit.h"
@@ -71,6 +74,15 @@ options:
                        were dropped from the page cache; with the cache's save/restore costs and bandwidths
   --cache-dir DIR      the directory for --cache-ttft (emptied; default /tmp/strata-bench-cache)
   --chunk N            prefill chunk for --prefill, --batch contexts and --cache-ttft (default 4096 there)
+  --cache-replay IDS   the prefix cache's replay mode against exact mode on a real text: IDS is a file of token
+                       ids (comma-separated, as `strata chat-template --ids` prints them); prefixes of it of
+                       --replay-lengths tokens are cached at their last block boundary, and the logits after a
+                       replay of the last K tokens (--replay-tokens) are compared with a cold prefill's (largest
+                       and mean |delta|, top-1 agreement, equal greedy tokens of a 32-token continuation); with the
+                       bytes each mode stores (a block, a boundary's rows, whole prompts)
+  --cache-storage      only the bytes part of --cache-replay (no text needed), at --replay-lengths
+  --replay-lengths LIST  prompt lengths for --cache-replay / --cache-storage (default 512,1024,2048)
+  --replay-tokens LIST   K values for --cache-replay (default 128,140,256,512; each ≥ the sliding window)
   --ceilings GBS,TFLOPS  the device's copy bandwidth (GB/s) and bf16 peak (TFLOP/s) for the floors, instead of
                        measuring them (cuda) — on any backend, e.g. to compare a CPU run with its datasheet
   --commit SHA         git commit to record (default: git rev-parse HEAD with "-dirty" when tracked files
@@ -380,8 +392,8 @@ int bench_command(const std::vector<std::string>& argv) {
   const Args args(argv,
                   {"model", "preset", "layers", "dtype", "seed", "device", "prompt-len", "decode-tokens", "repeats",
                    "commit", "out", "plots", "prefill", "batch", "context", "chunk", "ceilings", "precision", "cuda-graphs",
-                   "cache-ttft", "cache-dir"},
-                  {"help", "cuda-op-times"});
+                   "cache-ttft", "cache-dir", "cache-replay", "replay-lengths", "replay-tokens"},
+                  {"help", "cuda-op-times", "cache-storage"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -490,6 +502,19 @@ int bench_command(const std::vector<std::string>& argv) {
   if (args.has("cache-ttft"))
     j["cache_ttft"] = cache_ttft(m, positive_list(args, "cache-ttft", ""), args.integer("chunk", 4096),
                                  args.str("cache-dir", "/tmp/strata-bench-cache"), repeats);
+  if (args.has("cache-replay") || args.has("cache-storage")) {
+    std::vector<int32_t> ids;
+    if (args.has("cache-replay")) {
+      std::ifstream in(args.str("cache-replay"));
+      if (!in) fail("option --cache-replay: cannot read '", args.str("cache-replay"), "'");
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+      ids = parse_id_list(text, "cache-replay");
+    }
+    j["cache_replay"] = cache_replay(m, ids, positive_list(args, "replay-lengths", "512,1024,2048"),
+                                     positive_list(args, "replay-tokens", "128,140,256,512"), 32,
+                                     cache::CacheConfig{}.checkpoint_every_blocks);
+  }
   if (device == model::Device::Cuda) j["cuda_graph_replays"] = m.steps_replayed();
   const std::string text = j.dump(2) + "\n";
   if (args.has("out")) {
