@@ -139,12 +139,48 @@ TEST(BenchCommand, CacheTtftTimesColdAndCachedFirstTokens) {
   EXPECT_EQ(row["prompt_tokens"], 300);
   EXPECT_EQ(row["cached_tokens"]["host_hit"], 256);  // the last 128-token block boundary short of the end
   EXPECT_EQ(row["cached_tokens"]["disk_hit"], 256);
-  for (const char* k : {"no_cache", "cold_with_cache", "host_hit", "disk_hit"}) EXPECT_GT(row["ttft_s"][k].get<double>(), 0) << k;
+  EXPECT_EQ(row["cached_tokens"]["replay_mode_host_hit"], 256 - 140);  // the default replay of 140 tokens
+  for (const char* k : {"no_cache", "cold_with_cache", "host_hit", "disk_hit", "replay_mode_host_hit"})
+    EXPECT_GT(row["ttft_s"][k].get<double>(), 0) << k;
+  EXPECT_LT(row["stored_bytes"]["replay_mode"].get<int64_t>(), row["stored_bytes"]["exact_mode"].get<int64_t>());
   EXPECT_GT(row["cost"]["disk_read_bytes"].get<int64_t>(), 0);
   EXPECT_FALSE(std::filesystem::exists(dir + "/cache"));  // emptied after the run
   if (r.out.find("gnuplot is not installed") == std::string::npos) {
     EXPECT_NE(r.out.find("plot: " + dir + "/run_cache_ttft.png"), std::string::npos) << r.out;
   }
+}
+
+// --cache-replay: replay mode's logits against cold ones on a text. A replay longer than the window's reach through
+// every layer (3 layers × 127 earlier positions) rebuilds the state exactly; the default 140 tokens do not.
+TEST(BenchCommand, CacheReplayMeasuresTheLogitDeltaOfAReplayAgainstCold) {
+  const std::string dir = test::temp_dir("bench_cache_replay");
+  {
+    std::ofstream ids(dir + "/ids.txt");
+    for (int i = 0; i < 600; ++i) ids << (i ? "," : "") << (i * 7919 + 11) % 500 + 2;
+    ids << "\n";
+  }
+  const BenchRun r = bench("--preset tiny --layers 3 --prompt-len 8 --decode-tokens 1 --repeats 1 --cache-replay '" +
+                               dir + "/ids.txt' --replay-lengths 300,520 --replay-tokens 140,400 --out '" + dir + "/run.json'",
+                           "cache_replay", true);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::ifstream in(dir + "/run.json");
+  const nlohmann::json j = nlohmann::json::parse(in)["cache_replay"];
+  EXPECT_EQ(j["text_tokens"], 600);
+  const nlohmann::json& storage = j["storage"];
+  EXPECT_GT(storage["boundary_rows_bytes"].get<int64_t>(), 0);
+  for (const nlohmann::json& p : storage["prompts"]) EXPECT_LT(p["replay_over_exact"].get<double>(), 1.0);
+  const nlohmann::json& short_prompt = j["accuracy"][0];
+  EXPECT_EQ(short_prompt["cached_prefix_tokens"], 256);
+  ASSERT_EQ(short_prompt["replays"].size(), 1u);  // 400 > 256: no such replay
+  const nlohmann::json& long_prompt = j["accuracy"][1]["replays"];
+  ASSERT_EQ(long_prompt.size(), 2u);
+  EXPECT_GT(long_prompt[0]["max_abs_logit_delta"].get<double>(), 0.0);
+  EXPECT_EQ(long_prompt[1]["max_abs_logit_delta"].get<double>(), 0.0);
+  EXPECT_EQ(long_prompt[1]["top1_agreement"].get<double>(), 1.0);
+  EXPECT_EQ(long_prompt[1]["greedy_tokens_equal_before_first_difference"], 32);
+  const BenchRun bad = bench("--preset tiny --layers 3 --cache-replay '" + dir + "/ids.txt' --replay-tokens 100",
+                             "cache_replay_bad", true);
+  EXPECT_NE(bad.out.find("fewer than the sliding window"), std::string::npos) << bad.out;
 }
 
 TEST(BenchCommand, ModelOrPresetExactlyOnce) {

@@ -2,7 +2,8 @@
 // `strata bench --cache-ttft LIST`: time to first token of a prompt seen before against a cold one, through the
 // engine and its prefix cache (cache/prefix_cache.h): cold (no cache; and with the cache, which also saves), a hit
 // from host memory, and a hit from the cache directory read by a fresh cache (its files dropped from the page cache
-// first, so the disk is read). Reports the cache's save and load costs and bandwidths beside.
+// first, so the disk is read), and a hit of replay mode from host memory. Reports the cache's save and load costs
+// and bandwidths beside.
 #include <cstdint>
 #include <string>
 #include <vector>

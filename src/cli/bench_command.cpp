@@ -71,7 +71,8 @@ options:
   --cache-ttft LIST    also time the first token of prompts of these lengths seen before (e.g. 32768) against
                        cold, through the engine's prefix cache: no cache, cold with the cache (which saves), a
                        hit from host memory, and a hit from the cache directory by a fresh cache after its files
-                       were dropped from the page cache; with the cache's save/restore costs and bandwidths
+                       were dropped from the page cache, and a replay-mode hit from host memory; with the
+                       cache's save/restore costs and bandwidths and the bytes each mode stored
   --cache-dir DIR      the directory for --cache-ttft (emptied; default /tmp/strata-bench-cache)
   --chunk N            prefill chunk for --prefill, --batch contexts and --cache-ttft (default 4096 there)
   --cache-replay IDS   the prefix cache's replay mode against exact mode on a real text: IDS is a file of token

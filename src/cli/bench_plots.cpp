@@ -143,7 +143,8 @@ void cache_ttft(const json& run, const std::string& png, std::ostringstream& s) 
   for (const json& r : run["cache_ttft"]) {
     const json& t = r["ttft_s"];
     s << r["prompt_tokens"].get<int64_t>();
-    for (const char* k : {"no_cache", "cold_with_cache", "host_hit", "disk_hit"}) s << " " << t.value(k, 0.0) * 1e3;
+    for (const char* k : {"no_cache", "cold_with_cache", "host_hit", "disk_hit", "replay_mode_host_hit"})
+      s << " " << t.value(k, 0.0) * 1e3;
     s << "\n";
   }
   s << "EOD\n" << png_terminal(png, 800) << "set logscale xy\nset logscale x 2\n"
@@ -152,7 +153,8 @@ void cache_ttft(const json& run, const std::string& png, std::ostringstream& s) 
     << "plot $ttft using 1:2 with linespoints pointtype 7 title \"cold, no cache\", "
        "$ttft using 1:3 with linespoints pointtype 7 title \"cold, cache saving\", "
        "$ttft using 1:4 with linespoints pointtype 7 title \"hit: host memory\", "
-       "$ttft using 1:5 with linespoints pointtype 7 title \"hit: cache directory (page cache dropped)\"\n"
+       "$ttft using 1:5 with linespoints pointtype 7 title \"hit: cache directory (page cache dropped)\", "
+       "$ttft using 1:($6 > 0 ? $6 : 1/0) with linespoints pointtype 7 title \"hit: host memory, replay mode\"\n"
     << "unset output\nreset\n";
 }
 

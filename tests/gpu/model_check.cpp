@@ -519,6 +519,80 @@ void check_prefix_cache(const std::string& name, const Model& gpu) {
   std::filesystem::remove_all(dir);
 }
 
+// Bounded replay (the prefix cache's replay mode) on the device: a prefix's blocks restored with the state before
+// the prefix's end, the rest of the prompt run from there. Replaying the whole prefix gives the cold logits bit for
+// bit; a shorter replay gives the same bits whatever the state's rings held before (the window floor), leaves the
+// restored blocks as they were, and agrees with the CPU's replay within the precision's bar, alone and batched
+// with another sequence (per-chunk floors and skipped entries in one step).
+void check_bounded_replay(const std::string& name, const Bar& bar, const Model& cpu, const Model& gpu) {
+  const int64_t vocab = gpu.config().vocab_size, B = gpu.state_layout().block_tokens;
+  const int64_t window = gpu.config().sliding_window, k = 3, len = k * B + 37;
+  const std::vector<int32_t> prompt = prompt_of(len, vocab, 91), other = prompt_of(200, vocab, 92);
+  const std::unique_ptr<BlockPool> pool = gpu.make_block_pool(4 * (k + 4));
+  struct Cold {
+    Mat logits;
+    std::vector<std::vector<float>> blocks;
+  };
+  auto cold_of = [&](const Model& m, BlockPool* p) {
+    Cold c;
+    SequenceState st = m.new_sequence(p, len + 1);
+    c.logits = m.forward(prompt, st, true);
+    for (int64_t b = 0; b < k; ++b) {
+      c.blocks.emplace_back(static_cast<size_t>(m.state_layout().block_floats));
+      m.read_block(st, b, c.blocks.back().data());
+    }
+    return c;
+  };
+  const Cold on_gpu = cold_of(gpu, pool.get()), on_cpu = cold_of(cpu, nullptr);
+  auto blocks_of = [&](const Cold& c) {
+    std::vector<Model::PrefixBlock> v;
+    for (const auto& b : c.blocks) v.push_back({-1, b.data()});
+    return v;
+  };
+  auto tail = [&](int64_t from) { return std::vector<int32_t>(prompt.begin() + from, prompt.end()); };
+  const int64_t mid = k * B - window - 5;
+  // Whole-prefix replay against cold, on the device.
+  SequenceState a = gpu.new_sequence(pool.get(), len + 1);
+  gpu.restore_prefix_for_replay(blocks_of(on_gpu), 0, a);
+  const Mat whole = gpu.forward(prompt, a, true);
+  const bool whole_same = same_finite_bits(whole.v.data(), on_gpu.logits.v.data(), whole.v.size());
+  // A shorter replay, into a fresh state and into one whose rings hold another sequence's rows.
+  SequenceState fresh = gpu.new_sequence(pool.get(), len + 1), used = gpu.new_sequence(pool.get(), len + 1);
+  gpu.forward(other, used, false);
+  gpu.restore_prefix_for_replay(blocks_of(on_gpu), mid, fresh);
+  gpu.restore_prefix_for_replay(blocks_of(on_gpu), mid, used);
+  const Mat r_fresh = gpu.forward(tail(mid), fresh, true), r_used = gpu.forward(tail(mid), used, true);
+  const bool floor_same = same_finite_bits(r_fresh.v.data(), r_used.v.data(), r_fresh.v.size());
+  bool blocks_same = true;
+  std::vector<float> now(static_cast<size_t>(gpu.state_layout().block_floats));
+  for (int64_t b = 0; b < k; ++b) {
+    gpu.read_block(fresh, b, now.data());
+    blocks_same = blocks_same && same_finite_bits(now.data(), on_gpu.blocks[static_cast<size_t>(b)].data(), now.size());
+  }
+  // Against the CPU's replay of its own blocks, alone and batched with a cold sequence.
+  SequenceState c = cpu.new_sequence();
+  cpu.restore_prefix_for_replay(blocks_of(on_cpu), mid, c);
+  const Mat r_cpu = cpu.forward(tail(mid), c, true);
+  SequenceState batched = gpu.new_sequence(pool.get(), len + 1), neighbour = gpu.new_sequence(pool.get(), len + 1);
+  gpu.restore_prefix_for_replay(blocks_of(on_gpu), mid, batched);
+  std::vector<strata::model::SequenceChunk> chunks = {{tail(mid), &batched, true}, {other, &neighbour, true}};
+  const Mat r_batched = std::move(gpu.forward_batch(chunks)[0]);
+  std::vector<double> alone, together;
+  for (int64_t r = 0; r < r_cpu.rows; ++r) {
+    alone.push_back(rel_error(r_fresh.row(r), r_cpu.row(r), vocab));
+    together.push_back(rel_error(r_batched.row(r), r_cpu.row(r), vocab));
+  }
+  const double e_alone = at_quantile(alone, bar.quantile), e_together = at_quantile(together, bar.quantile);
+  const bool ok = whole_same && floor_same && blocks_same && e_alone <= bar.limit && e_together <= bar.limit;
+  failures += !ok;
+  std::printf("%-16s %-4s bounded replay: whole prefix = cold %s; rings below the floor %s; restored blocks %s; "
+              "replay of %lld tokens vs CPU p%.0f %.2e alone, %.2e batched (bar %.0e)  %s\n",
+              name.c_str(), precision_name(gpu.precision()), whole_same ? "bit for bit" : "DIFFER",
+              floor_same ? "unread" : "READ", blocks_same ? "untouched" : "WRITTEN",
+              static_cast<long long>(k * B - mid), 100 * bar.quantile, e_alone, e_together, bar.limit,
+              ok ? "PASS" : "FAIL");
+}
+
 }  // namespace
 
 // One failing prefix-cache check does not stop the model checks after it.
@@ -528,6 +602,15 @@ void check_prefix_cache_guarded(const std::string& name, const Model& gpu) {
   } catch (const std::exception& e) {
     ++failures;
     std::printf("%-16s %-4s prefix cache: error: %s  FAIL\n", name.c_str(), precision_name(gpu.precision()), e.what());
+  }
+}
+
+void check_bounded_replay_guarded(const std::string& name, const Bar& bar, const Model& cpu, const Model& gpu) {
+  try {
+    check_bounded_replay(name, bar, cpu, gpu);
+  } catch (const std::exception& e) {
+    ++failures;
+    std::printf("%-16s %-4s bounded replay: error: %s  FAIL\n", name.c_str(), precision_name(gpu.precision()), e.what());
   }
 }
 
@@ -584,6 +667,7 @@ int main(int argc, char** argv) {
         check_snapshot_guarded(name, cpu, gpu);
         check_rollback_guarded(name, dir, bar);
         check_prefix_cache_guarded(name, gpu);
+        check_bounded_replay_guarded(name, bar, cpu, gpu);
       }
     }
   } catch (const std::exception& e) {
