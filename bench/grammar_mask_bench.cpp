@@ -17,6 +17,7 @@
 #include "text/grammar/compiled_grammar.h"
 #include "text/grammar/grammar_matcher.h"
 #include "text/grammar/json_schema_to_grammar.h"
+#include "text/grammar/regex_to_grammar.h"
 #include "text/tokenizer.h"
 
 namespace g = strata::text::grammar;
@@ -27,7 +28,7 @@ namespace {
 const std::vector<std::string> kJsonDocs = {
     R"({"name": "Strata", "version": "0.1.0", "tags": ["inference", "c++", "cuda"], "stars": 1280})",
     R"({"id": 42, "ok": true, "ratio": -0.125e-3, "nested": {"a": [1, 2, 3], "b": null}, "text": "hello\nworld"})",
-    R"([{"city": "Paris", "country": "France", "population": 2161000}, {"city": "東京", "country": "日本"}])",
+    R"({"cities": [{"city": "Paris", "country": "France", "population": 2161000}, {"city": "東京", "country": "日本"}]})",
     "{\n  \"model\": \"deepseek-v4\",\n  \"messages\": [\n    {\"role\": \"user\", \"content\": \"What is 23 plus 45?\"}\n  ],\n  \"max_tokens\": 64\n}",
     R"({"query": "SELECT * FROM t WHERE x = \"y\"", "escaped": "tab\tquote\" backslash\\ unicode \u00e9", "empty": {}})",
 };
@@ -49,6 +50,22 @@ nlohmann::json summary(const std::vector<double>& us) {
           {"p99_us", percentile(us, 0.99)},
           {"max_us", us.empty() ? 0 : *std::max_element(us.begin(), us.end())}};
 }
+
+const char* kSchema = R"({"type": "object", "properties": {
+    "name": {"type": "string"}, "age": {"type": "integer"}, "email": {"type": "string", "format": "email"},
+    "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 5},
+    "address": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
+                "required": ["city"]}},
+  "required": ["name", "age"]})";
+
+const std::vector<std::string> kSchemaDocs = {
+    R"({"name": "Ada Lovelace", "age": 36, "email": "ada@example.org", "tags": ["math", "poetry"], "address": {"city": "London", "zip": "12345"}})",
+    "{\n  \"name\": \"Grace\",\n  \"age\": 85,\n  \"tags\": []\n}",
+    R"({"name":"李雷","age":7,"address":{"city":"北京"}})",
+};
+
+const std::vector<std::string> kRegexDocs = {"2024-02-29T23:59:60.5+01:00", "1999-12-31T00:00:00Z",
+                                             "2026-11-29T08:15:00-05:30"};
 
 }  // namespace
 
@@ -84,7 +101,10 @@ int main(int argc, char** argv) {
     std::string ebnf;
     std::vector<std::string> docs;
   };
-  const std::vector<Case> cases = {{"json_object", g::json_object_ebnf(), kJsonDocs}};
+  const std::vector<Case> cases = {
+      {"json_object", g::json_object_ebnf(), kJsonDocs},
+      {"json_schema_person", g::json_schema_to_ebnf(kSchema), kSchemaDocs},
+      {"regex_date_time", g::regex_grammar(R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"), kRegexDocs}};
   for (const Case& c : cases) {
     const auto t0 = Clock::now();
     const auto compiled = g::CompiledGrammar::from_ebnf(c.ebnf, vocab);
