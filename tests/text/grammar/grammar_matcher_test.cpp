@@ -134,8 +134,8 @@ TEST(GrammarMatcher, MasksEqualBruteForceOnTheDeepSeekVocabulary) {
   const auto vocab = std::make_shared<const TokenVocabulary>(TokenVocabulary::from_tokenizer(tokenizer));
   const auto g = CompiledGrammar::from_ebnf(kJsonGrammar, vocab);
   const std::string text = R"({"name": "Strata \u00e9\n", "n": [1, -2.5e3, true], "k": {}})";
-#ifdef STRATA_SANITIZED
-  const size_t checked = 6;
+#ifdef STRATA_SANITIZED  // each brute-force mask tries all 128k ids: a few steps under the sanitizers
+  const size_t checked = 3;
 #else
   const size_t checked = 40;
 #endif
