@@ -1,0 +1,46 @@
+#pragma once
+// The tokenizer's vocabulary as the grammar engine sees it: each id's bytes, which ids may never be produced under a
+// grammar (special and other added tokens: in DeepSeek's format they are control markup, not text), the
+// end-of-sequence id, and the matchable ids sorted by their bytes with each one's common-prefix length with the
+// one before — the token trie in flat form, so a walk shares the work for common prefixes.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace strata::text {
+class Tokenizer;
+}
+
+namespace strata::text::grammar {
+
+class TokenVocabulary {
+ public:
+  // bytes[id] is token id's text; ids with excluded[id] (or empty bytes) are never allowed by a mask, except eos,
+  // which is allowed exactly when the grammar can end.
+  TokenVocabulary(std::vector<std::string> bytes, std::vector<bool> excluded, std::optional<int32_t> eos_id);
+  // Every added token (special or not) excluded; eos from the tokenizer's config.
+  static TokenVocabulary from_tokenizer(const Tokenizer& tokenizer);
+
+  int32_t size() const { return static_cast<int32_t>(bytes_.size()); }
+  // 32-bit words in a mask: ceil(size / 32).
+  size_t mask_words() const { return (bytes_.size() + 31) / 32; }
+  std::string_view bytes(int32_t id) const { return bytes_[static_cast<size_t>(id)]; }
+  std::optional<int32_t> eos_id() const { return eos_id_; }
+  // Not excluded, not empty and not eos: a token a grammar can produce.
+  bool matchable(int32_t id) const { return id >= 0 && id < size() && matchable_[static_cast<size_t>(id)]; }
+
+  // Matchable ids (not excluded, not empty) in byte order, and lcp[i] = common prefix of sorted[i-1] and sorted[i].
+  const std::vector<int32_t>& sorted_ids() const { return sorted_; }
+  const std::vector<uint32_t>& sorted_lcp() const { return lcp_; }
+
+ private:
+  std::vector<std::string> bytes_;
+  std::optional<int32_t> eos_id_;
+  std::vector<uint8_t> matchable_;
+  std::vector<int32_t> sorted_;
+  std::vector<uint32_t> lcp_;
+};
+
+}  // namespace strata::text::grammar
