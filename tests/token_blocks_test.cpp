@@ -72,7 +72,7 @@ TEST(TokenBlocks, HashesChainOverThePrefixAndTheSalt) {
   EXPECT_NE(error_of([&] { model::block_hashes(salt, a, 0); }).find("block size"), std::string::npos);
 }
 
-TEST(TokenBlocks, ThePoolCountsReferencesAndForgetsTheHashOfAFreedBlock) {
+TEST(TokenBlocks, ThePoolCountsReferencesAndKeepsAFreedHashedBlockUntilItIsNeeded) {
   BlockPool pool(8, 2);
   const auto a = pool.allocate(), b = pool.allocate();
   ASSERT_TRUE(a && b);
@@ -84,10 +84,25 @@ TEST(TokenBlocks, ThePoolCountsReferencesAndForgetsTheHashOfAFreedBlock) {
   pool.release(*a);
   EXPECT_EQ(pool.find({7, 7}), a) << "one reference left";
   pool.release(*a);
+  // No references: free to allocate, but kept with its content and hash until a block is needed.
   EXPECT_EQ(pool.references(*a), 0);
-  EXPECT_FALSE(pool.find({7, 7}));
+  EXPECT_EQ(pool.find({7, 7}), a);
   EXPECT_EQ(pool.used_blocks(), 1);
+  EXPECT_EQ(pool.free_blocks(), 1);
+  EXPECT_EQ(pool.kept_blocks(), 1);
   EXPECT_NE(error_of([&] { pool.release(*a); }).find("not in use"), std::string::npos);
+  // A sequence that finds it takes it back; released again, it is kept again.
+  pool.retain(*a);
+  EXPECT_EQ(pool.references(*a), 1);
+  EXPECT_EQ(pool.kept_blocks(), 0);
+  EXPECT_EQ(pool.used_blocks(), 2);
+  pool.release(*a);
+  // A block is needed: the kept one gives up its content.
+  EXPECT_EQ(pool.allocate(), a);
+  EXPECT_FALSE(pool.find({7, 7}));
+  EXPECT_EQ(pool.evicted_blocks(), 1);
+  pool.release(*a);
+  EXPECT_EQ(pool.kept_blocks(), 0) << "no hash: freed";
   EXPECT_NE(error_of([&] { pool.retain(5); }).find("not in use"), std::string::npos);
   pool.set_hash(*b, {1, 1});
   EXPECT_NE(error_of([&] { pool.set_hash(*b, {1, 2}); }).find("already has another content hash"), std::string::npos);
@@ -162,9 +177,21 @@ TEST(TokenBlocks, FullBlocksArePublishedUnderTheirHashAndFoundByASequenceWithThe
   EXPECT_EQ(pool.blocks().find(theirs[0]), s.blocks[0]);
   EXPECT_FALSE(pool.blocks().find(theirs[1]));
   EXPECT_NE(error_of([&] { s.hash_full_blocks(salt, tokens.data(), 10); }).find("10 tokens given"), std::string::npos);
-  // Freed blocks are no longer found.
+  // Released, the full blocks stay findable (kept) until allocations need them, the least recently released first.
+  const int32_t block0 = s.blocks[0];
   pool.release(&s);
-  EXPECT_FALSE(pool.blocks().find(want[0]));
+  EXPECT_EQ(pool.blocks().kept_blocks(), 2);
+  EXPECT_EQ(pool.blocks().find(want[0]), block0);
+  std::vector<int32_t> taken;
+  for (int i = 0; i < 7; ++i) taken.push_back(*pool.blocks().allocate());  // 6 never-hashed blocks, then 1 kept
+  EXPECT_EQ(pool.blocks().kept_blocks(), 1);
+  EXPECT_FALSE(pool.blocks().find(want[0])) << "block 0 was released first";
+  EXPECT_TRUE(pool.blocks().find(want[1]));
+  taken.push_back(*pool.blocks().allocate());
+  EXPECT_FALSE(pool.blocks().find(want[1]));
+  EXPECT_FALSE(pool.blocks().allocate());
+  EXPECT_EQ(pool.blocks().evicted_blocks(), 2);
+  for (int32_t b : taken) pool.blocks().release(b);
 }
 
 }  // namespace

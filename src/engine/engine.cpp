@@ -181,6 +181,8 @@ EngineStats Engine::stats() const {
   s.waiting = static_cast<int64_t>(scheduler_.num_waiting());
   s.used_slots = pool_.used_slots();
   s.used_blocks = pool_.used_blocks();
+  s.kept_blocks = pool_.blocks().kept_blocks();
+  s.evicted_kept_blocks = pool_.blocks().evicted_blocks();
   s.total_blocks = pool_.limits().blocks;
   s.preemptions = scheduler_.total_preemptions();
   return s;

@@ -45,6 +45,8 @@ struct TokenEvent {
 
 struct EngineStats {
   int64_t running = 0, waiting = 0, used_slots = 0, used_blocks = 0, total_blocks = 0, preemptions = 0;
+  // Token blocks no sequence holds, kept findable by hash (the prefix cache's GPU tier), and those given up since.
+  int64_t kept_blocks = 0, evicted_kept_blocks = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
   // Wall time in step() and, of it, in the model runner (forward and sampling stage): the rest is the engine's own
   // cost (planning, sampling settings, events).

@@ -28,6 +28,16 @@ BlockPool::BlockPool(int64_t block_floats, int64_t max_blocks, std::shared_ptr<f
 }
 
 std::optional<int32_t> BlockPool::allocate() {
+  if (free_.empty() && !kept_.empty()) {  // the least recently released kept block gives up its content
+    const int32_t id = kept_.front();
+    kept_.pop_front();
+    kept_at_.erase(id);
+    std::optional<BlockHash>& h = hashes_[static_cast<size_t>(id)];
+    by_hash_.erase(*h);
+    h.reset();
+    free_.push_back(id);
+    ++evicted_;
+  }
   if (free_.empty()) {
     if (max_blocks_) return std::nullopt;
     storage_.resize(storage_.size() + static_cast<size_t>(block_floats_));
@@ -48,6 +58,13 @@ void BlockPool::check(int32_t block, const char* what) const {
 }
 
 void BlockPool::retain(int32_t block) {
+  if (const auto it = kept_at_.find(block); it != kept_at_.end()) {
+    kept_.erase(it->second);
+    kept_at_.erase(it);
+    refs_[static_cast<size_t>(block)] = 1;
+    ++used_;
+    return;
+  }
   check(block, "a new reference");
   ++refs_[static_cast<size_t>(block)];
 }
@@ -55,13 +72,17 @@ void BlockPool::retain(int32_t block) {
 void BlockPool::release(int32_t block) {
   check(block, "a release");
   if (--refs_[static_cast<size_t>(block)] > 0) return;
+  --used_;
   std::optional<BlockHash>& h = hashes_[static_cast<size_t>(block)];
+  if (h && max_blocks_) {
+    kept_at_[block] = kept_.insert(kept_.end(), block);
+    return;
+  }
   if (h) {
     by_hash_.erase(*h);
     h.reset();
   }
   free_.push_back(block);
-  --used_;
 }
 
 int32_t BlockPool::references(int32_t block) const {

@@ -4,7 +4,13 @@
 // is free again when the last one is released. A full block may carry a content hash (token_blocks.h: chained over
 // its token prefix, salted with the model fingerprint), so a later sequence with the same prefix can find it.
 // With a block limit the memory is bounded up front; without one (a lone sequence in tests or the CLI) it grows.
+//
+// A bounded pool keeps hashed blocks after their last release: they stay findable (the prefix cache's GPU tier, so
+// a request that repeats a finished one's prefix shares its blocks without a copy) but count as free, and the least
+// recently released of them is taken when a block is needed and no never-hashed one is left. A growable pool frees
+// them at once (nothing bounds it, so nothing would ever evict them).
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -23,8 +29,10 @@ class BlockPool {
   BlockPool(int64_t block_floats, int64_t max_blocks, std::shared_ptr<float> storage);
 
   std::optional<int32_t> allocate();  // a block with one reference; nullopt when a bounded pool is full
-  void retain(int32_t block);         // one more reference
-  void release(int32_t block);        // one fewer; the last frees it (and forgets its hash)
+  // One more reference; a kept block (no references, found by its hash) is taken back from the evictable ones.
+  void retain(int32_t block);
+  // One fewer; after the last, a hashed block of a bounded pool is kept (evictable), any other is freed.
+  void release(int32_t block);
   int32_t references(int32_t block) const;
 
   // A full block's content hash, and the index from hashes to blocks. A hash names at most one block.
@@ -37,8 +45,11 @@ class BlockPool {
   float* base() { return external_ ? external_.get() : storage_.data(); }
   const float* base() const { return external_ ? external_.get() : storage_.data(); }
   int64_t block_floats() const { return block_floats_; }
-  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }  // growable: made but unused
-  int64_t used_blocks() const { return used_; }
+  // Blocks allocate() can hand out: never-hashed free ones and kept ones (growable: made but unused).
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size() + kept_.size()); }
+  int64_t used_blocks() const { return used_; }  // blocks with references
+  int64_t kept_blocks() const { return static_cast<int64_t>(kept_.size()); }
+  int64_t evicted_blocks() const { return evicted_; }  // kept blocks taken by allocate() so far
   std::optional<int64_t> max_blocks() const { return max_blocks_; }
 
  private:
@@ -52,7 +63,10 @@ class BlockPool {
   std::vector<int32_t> refs_;  // per block made; 0 = free
   std::vector<std::optional<BlockHash>> hashes_;
   std::unordered_map<BlockHash, int32_t, BlockHashKey> by_hash_;
-  int64_t used_ = 0;
+  // Kept blocks, least recently released first, and where each sits in that list.
+  std::list<int32_t> kept_;
+  std::unordered_map<int32_t, std::list<int32_t>::iterator> kept_at_;
+  int64_t used_ = 0, evicted_ = 0;
 };
 
 }  // namespace strata::model

@@ -44,6 +44,7 @@ class StatePool {
   int64_t used_blocks() const { return blocks_->used_blocks(); }
   const StatePoolLimits& limits() const { return limits_; }
   BlockPool& blocks() { return *blocks_; }
+  const BlockPool& blocks() const { return *blocks_; }
 
  private:
   StatePoolLimits limits_;

@@ -178,6 +178,11 @@ std::string Metrics::render(const engine::EngineStats& stats, int64_t max_sequen
   w.single("strata_state_pool_total_slots", "gauge", "Sequence slots of the state pool.", d(max_sequences));
   w.single("strata_state_pool_used_blocks", "gauge", "Token blocks (128 tokens of compressed entries, every layer) of the state pool in use.", d(stats.used_blocks));
   w.single("strata_state_pool_total_blocks", "gauge", "Token blocks of the state pool.", d(stats.total_blocks));
+  w.single("strata_state_pool_kept_blocks", "gauge",
+           "Token blocks no sequence holds, kept for prefix-cache hits until a block is needed (counted as free).",
+           d(stats.kept_blocks));
+  w.single("strata_state_pool_kept_block_evictions_total", "counter", "Kept token blocks given up for new ones.",
+           d(stats.evicted_kept_blocks));
   w.single("strata_state_pool_usage_ratio", "gauge", "Fraction of the state pool's token blocks in use (0..1).",
            stats.total_blocks > 0 ? d(stats.used_blocks) / d(stats.total_blocks) : 0.0);
   w.single("strata_num_preemptions_total", "counter", "Sequences preempted (state freed, recomputed later).",

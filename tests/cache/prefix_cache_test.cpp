@@ -214,6 +214,38 @@ TEST_F(PrefixCacheTest, AMissingBlockOrDamagedRowsFallBackToComputing) {
   EXPECT_GT(cold_cache->stats().store.corrupt_files, 0);
 }
 
+// The GPU tier outlives its sequences: a finished request's full blocks stay in the state pool, findable, until new
+// blocks need their room; a repeat shares them without any copy (only its boundary rows come from host memory).
+TEST_F(PrefixCacheTest, AFinishedRequestsBlocksStayInThePoolForTheNextOneUntilTheirRoomIsNeeded) {
+  CacheConfig c;
+  c.checkpoint_every_blocks = 64;
+  auto cache = std::make_shared<PrefixCache>(small_block_model(), c);
+  const std::vector<int32_t> prompt = test::token_ids(70, 61);
+  const Completion cold = complete(prompt, sampled(4, false), nullptr);
+  Engine e(small_block_model(), engine_config(cache));
+  e.add_request("first", prompt, sampled(4, false));
+  run(e);
+  EXPECT_EQ(e.stats().used_blocks, 0);
+  EXPECT_EQ(e.stats().kept_blocks, 4);  // 74 tokens computed: 4 full blocks of 16
+  e.add_request("again", prompt, sampled(4, false));
+  const Completion again = run(e)["again"];
+  EXPECT_TRUE(same(cold, again));
+  EXPECT_EQ(again.cached_tokens, 64);
+  EXPECT_EQ(cache->stats().hit_tokens[static_cast<size_t>(Tier::Gpu)], 64);
+  EXPECT_EQ(cache->stats().hit_tokens[static_cast<size_t>(Tier::Host)], 0);
+  // A prompt that needs almost the whole pool (63 of 64 blocks) takes the kept blocks' room.
+  e.add_request("big", test::token_ids(16 * 62, 70), sampled(1, true));
+  run(e);
+  EXPECT_GT(e.stats().evicted_kept_blocks, 0);
+  const int64_t host_hits = cache->stats().hit_tokens[static_cast<size_t>(Tier::Host)];
+  e.add_request("late", prompt, sampled(4, false));
+  const Completion late = run(e)["late"];
+  EXPECT_TRUE(same(cold, late));
+  EXPECT_EQ(late.cached_tokens, 64);
+  // The least recently released blocks went first: the prefix's first blocks come from host memory now.
+  EXPECT_GT(cache->stats().hit_tokens[static_cast<size_t>(Tier::Host)], host_hits);
+}
+
 // Replay mode (DeepSeek's bounded replay): checkpoints keep token blocks only; a hit restores them and replays the
 // prefix's last replay_tokens tokens, in whatever chunks the scheduler cuts. The modes never share entries.
 TEST_F(PrefixCacheTest, ReplayModeKeepsBlocksOnlyAndReplaysTheLastTokensOfAHit) {

@@ -381,17 +381,25 @@ std::string Model::boundary_rows(const SequenceState& state) const {
 }
 
 void Model::take_prefix_blocks(const std::vector<PrefixBlock>& blocks, SequenceState& into) const {
-  for (const PrefixBlock& b : blocks) {
-    if (b.shared >= 0) {
-      into.pool->retain(b.shared);
-      into.blocks.push_back(b.shared);
-      continue;
+  for (const PrefixBlock& b : blocks)
+    if (b.shared < 0 && !b.host) fail("restore_prefix: a block with neither a shared id nor host data");
+  // Shared blocks first: one that no sequence holds is only kept by the pool (block_pool.h), and allocating the
+  // copied blocks could otherwise evict it before it is taken.
+  into.blocks.assign(blocks.size(), -1);
+  for (size_t i = 0; i < blocks.size(); ++i)
+    if (blocks[i].shared >= 0) {
+      into.pool->retain(blocks[i].shared);
+      into.blocks[i] = blocks[i].shared;
     }
-    if (!b.host) fail("restore_prefix: a block with neither a shared id nor host data");
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (blocks[i].shared >= 0) continue;
     const std::optional<int32_t> mine = into.pool->allocate();
-    if (!mine) fail("restore_prefix: the state pool is out of token blocks (", blocks.size(), " needed)");
-    into.blocks.push_back(*mine);
-    runner_->from_host(into.pool->block(*mine), b.host, parts_->layout.block_floats);
+    if (!mine) {
+      std::erase(into.blocks, -1);  // reset() releases only the blocks taken
+      fail("restore_prefix: the state pool is out of token blocks (", blocks.size(), " needed)");
+    }
+    into.blocks[i] = *mine;
+    runner_->from_host(into.pool->block(*mine), blocks[i].host, parts_->layout.block_floats);
   }
 }
 
