@@ -3,7 +3,9 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 #include "core/error.h"
 
@@ -48,6 +50,30 @@ model::BlockHash PrefixCache::salt(const std::string& scope) const {
   return {h.low64, h.high64};
 }
 
+std::vector<std::shared_ptr<const std::string>> PrefixCache::load_blocks(const std::vector<model::BlockHash>& hashes,
+                                                                         const std::vector<Tier>& tiers, int64_t ttl) {
+  const size_t k = tiers.size();
+  std::vector<std::shared_ptr<const std::string>> out(k);
+  std::vector<size_t> from_disk;
+  for (size_t i = 0; i < k; ++i) {
+    if (tiers[i] == Tier::Gpu) continue;
+    if (tiers[i] == Tier::Disk) from_disk.push_back(i);
+    else out[i] = store_.load({EntryKind::Block, hashes[i]}, ttl);
+  }
+  // Files are read several at a time: one read at a time leaves a disk's queue (and an NFS mount's round trips)
+  // mostly idle. KvStore::load reads outside its lock.
+  std::atomic<size_t> next{0};
+  auto reader = [&] {
+    for (size_t j = next++; j < from_disk.size(); j = next++)
+      out[from_disk[j]] = store_.load({EntryKind::Block, hashes[from_disk[j]]}, ttl);
+  };
+  std::vector<std::thread> readers;
+  for (size_t t = 1; t < std::min<size_t>(kParallelReads, from_disk.size()); ++t) readers.emplace_back(reader);
+  reader();
+  for (std::thread& t : readers) t.join();
+  return out;
+}
+
 int64_t PrefixCache::restore(const std::vector<model::BlockHash>& hashes, int64_t max_blocks,
                              model::SequenceState& into, int64_t ttl) {
   const auto start = std::chrono::steady_clock::now();
@@ -79,20 +105,27 @@ int64_t PrefixCache::restore(const std::vector<model::BlockHash>& hashes, int64_
   std::shared_ptr<const std::string> rows;
   if (!replay) rows = store_.load({EntryKind::Rows, hashes[static_cast<size_t>(k - 1)]}, ttl);
   bool ok = replay || rows != nullptr;
-  for (int64_t i = 0; i < k && ok; ++i) {
+  std::vector<std::optional<int32_t>> shared(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) {
     const model::BlockHash& h = hashes[static_cast<size_t>(i)];
-    if (const std::optional<int32_t> shared = into.pool->find(h)) {
-      blocks.push_back({*shared, nullptr});
-      tiers[static_cast<size_t>(i)] = Tier::Gpu;
+    Tier& tier = tiers[static_cast<size_t>(i)];
+    shared[static_cast<size_t>(i)] = into.pool->find(h);
+    if (shared[static_cast<size_t>(i)]) tier = Tier::Gpu;
+    else if (tier == Tier::Gpu) tier = store_.find({EntryKind::Block, h});  // (a pool block reused since)
+  }
+  tiers.resize(static_cast<size_t>(k));
+  if (ok) payloads = load_blocks(hashes, tiers, ttl);
+  for (int64_t i = 0; i < k && ok; ++i) {
+    if (const std::optional<int32_t> id = shared[static_cast<size_t>(i)]) {
+      blocks.push_back({*id, nullptr});
       continue;
     }
-    std::shared_ptr<const std::string> p = store_.load({EntryKind::Block, h}, ttl);
+    const std::shared_ptr<const std::string>& p = payloads[static_cast<size_t>(i)];
     if (!p || static_cast<int64_t>(p->size()) != block_bytes_) {
       ok = false;
       break;
     }
     blocks.push_back({-1, reinterpret_cast<const float*>(p->data())});
-    payloads.push_back(std::move(p));
   }
   if (ok) {
     try {

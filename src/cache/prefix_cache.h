@@ -78,6 +78,12 @@ class PrefixCache {
   KvStore& store() { return store_; }
 
  private:
+  static constexpr size_t kParallelReads = 8;
+  // The payloads of the first tiers.size() blocks that are not in the state pool (tier gpu); null where a load
+  // failed. Directory reads run in parallel.
+  std::vector<std::shared_ptr<const std::string>> load_blocks(const std::vector<model::BlockHash>& hashes,
+                                                              const std::vector<Tier>& tiers, int64_t ttl);
+
   const model::Model& model_;
   CacheConfig cfg_;
   int64_t block_tokens_;

@@ -2,6 +2,7 @@
 // one device block.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/staged_copy.h"
 #include "model/deepseek_v4/model.h"
 
 namespace strata::model::v4 {
@@ -56,8 +57,38 @@ class CudaRunner : public ForwardRunner {
     STRATA_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice));
   }
 
-  void to_host(float* dst, const float* src, int64_t n) override { copy_checked(dst, src, n, cudaMemcpyDeviceToHost); }
-  void from_host(float* dst, const float* src, int64_t n) override { copy_checked(dst, src, n, cudaMemcpyHostToDevice); }
+  // Through pinned buffers (staged_copy.h); a copy the staging refuses (an address on the wrong side) is reported by
+  // copy_checked, which names the kinds of memory involved.
+  void to_host(float* dst, const float* src, int64_t n) override {
+    if (!staged(dst, src, n, false)) copy_checked(dst, src, n, cudaMemcpyDeviceToHost);
+  }
+  void from_host(float* dst, const float* src, int64_t n) override {
+    if (!staged(dst, src, n, true)) copy_checked(dst, src, n, cudaMemcpyHostToDevice);
+  }
+  bool staged(float* dst, const float* src, int64_t n, bool to_device) {
+    // The staging reads or writes the host side with memcpy: only when it is host memory and the other side the
+    // device's (anything else is left to copy_checked, which fails with a message instead of a crash).
+    auto type_of = [](const void* p) {
+      cudaPointerAttributes a{};
+      if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return cudaMemoryTypeUnregistered;
+      }
+      return a.type;
+    };
+    const void* host = to_device ? static_cast<const void*>(src) : dst;
+    const void* device = to_device ? static_cast<const void*>(dst) : src;
+    if (type_of(host) != cudaMemoryTypeUnregistered || type_of(device) != cudaMemoryTypeDevice) return false;
+    try {
+      const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+      if (to_device) state_copies_.to_device(dst, src, bytes, stream_);
+      else state_copies_.to_host(dst, src, bytes, stream_);
+      return true;
+    } catch (const Error&) {
+      cudaGetLastError();  // not sticky: cleared for copy_checked's own attempt and message
+      return false;
+    }
+  }
 
   // A failed copy says which side was not what the caller thought (a host address where device memory belongs, or a
   // range past its allocation).
@@ -84,6 +115,7 @@ class CudaRunner : public ForwardRunner {
   cuda::Scratch scratch_;
   cuda::HostStaging staging_;         // pinned memory for the logits that go home, kept between steps
   cuda::HostStaging upload_staging_;  // and for each step's uploads
+  cuda::StagedCopier state_copies_;   // state to and from host memory (prefix cache, snapshots)
   cuda::StepGraphs graphs_;           // recorded decode steps (step_graphs.h)
   cudaStream_t stream_ = nullptr;
   cuda::OpClock clock_;
