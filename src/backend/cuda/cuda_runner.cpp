@@ -65,9 +65,20 @@ class CudaRunner : public ForwardRunner {
   void from_host(float* dst, const float* src, int64_t n) override {
     if (!staged(dst, src, n, true)) copy_checked(dst, src, n, cudaMemcpyHostToDevice);
   }
-  bool staged(float* dst, const float* src, int64_t n, bool to_device) {
-    // The staging reads or writes the host side with memcpy: only when it is host memory and the other side the
-    // device's (anything else is left to copy_checked, which fails with a message instead of a crash).
+  void from_host_many(const std::vector<HostCopy>& copies, int64_t n) override {
+    if (copies.empty()) return;
+    std::vector<cuda::StagedCopier::Copy> staged_copies;
+    for (const HostCopy& c : copies) {
+      // Checked like a single copy: the host side must be pageable host memory, the other the device's.
+      if (!stageable(c.device_dst, c.host_src, true)) {
+        for (const HostCopy& d : copies) from_host(d.device_dst, d.host_src, n);
+        return;
+      }
+      staged_copies.push_back({c.device_dst, c.host_src});
+    }
+    state_copies_.to_device_many(staged_copies, static_cast<size_t>(n) * sizeof(float), stream_);
+  }
+  static bool stageable(const float* dst, const float* src, bool to_device) {
     auto type_of = [](const void* p) {
       cudaPointerAttributes a{};
       if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
@@ -78,7 +89,12 @@ class CudaRunner : public ForwardRunner {
     };
     const void* host = to_device ? static_cast<const void*>(src) : dst;
     const void* device = to_device ? static_cast<const void*>(dst) : src;
-    if (type_of(host) != cudaMemoryTypeUnregistered || type_of(device) != cudaMemoryTypeDevice) return false;
+    return type_of(host) == cudaMemoryTypeUnregistered && type_of(device) == cudaMemoryTypeDevice;
+  }
+  bool staged(float* dst, const float* src, int64_t n, bool to_device) {
+    // The staging reads or writes the host side with memcpy: only when it is host memory and the other side the
+    // device's (anything else is left to copy_checked, which fails with a message instead of a crash).
+    if (!stageable(dst, src, to_device)) return false;
     try {
       const size_t bytes = static_cast<size_t>(n) * sizeof(float);
       if (to_device) state_copies_.to_device(dst, src, bytes, stream_);

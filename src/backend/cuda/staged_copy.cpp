@@ -49,6 +49,29 @@ void StagedCopier::to_device(void* device_dst, const void* host_src, size_t byte
   STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
+void StagedCopier::to_device_many(const std::vector<Copy>& copies, size_t bytes, cudaStream_t stream) {
+  if (copies.empty()) return;
+  if (bytes > chunk_ || bytes < kDirectBelow) {  // one at a time
+    for (const Copy& c : copies) to_device(c.device_dst, c.host_src, bytes, stream);
+    return;
+  }
+  ensure();
+  const size_t per_buffer = chunk_ / bytes;
+  bool busy[2] = {false, false};
+  for (size_t first = 0, i = 0; first < copies.size(); first += per_buffer, i ^= 1) {
+    if (busy[i]) STRATA_CUDA_CHECK(cudaEventSynchronize(done_[i]));
+    auto* buffer = static_cast<char*>(pinned_[i]);
+    const size_t last = std::min(copies.size(), first + per_buffer);
+    for (size_t c = first; c < last; ++c) std::memcpy(buffer + (c - first) * bytes, copies[c].host_src, bytes);
+    for (size_t c = first; c < last; ++c)
+      STRATA_CUDA_CHECK(cudaMemcpyAsync(copies[c].device_dst, buffer + (c - first) * bytes, bytes,
+                                        cudaMemcpyHostToDevice, stream));
+    STRATA_CUDA_CHECK(cudaEventRecord(done_[i], stream));
+    busy[i] = true;
+  }
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
 void StagedCopier::to_host(void* host_dst, const void* device_src, size_t bytes, cudaStream_t stream) {
   if (bytes < kDirectBelow) {
     STRATA_CUDA_CHECK(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, stream));

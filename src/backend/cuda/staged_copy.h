@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <vector>
 
 namespace strata::cuda {
 
@@ -19,6 +20,13 @@ class StagedCopier {
   // Both return once the copy is complete, on `stream` (ordered with the work queued there before).
   void to_device(void* device_dst, const void* host_src, size_t bytes, cudaStream_t stream);
   void to_host(void* host_dst, const void* device_src, size_t bytes, cudaStream_t stream);
+  // Many copies of `bytes` each to the device, packed into the pinned buffers back to back, so filling one buffer
+  // overlaps the other's transfers across copies (a prefix's blocks are a few hundred KB each).
+  struct Copy {
+    void* device_dst;
+    const void* host_src;
+  };
+  void to_device_many(const std::vector<Copy>& copies, size_t bytes, cudaStream_t stream);
 
  private:
   void ensure();  // the pinned buffers and their events, on first use

@@ -37,6 +37,14 @@ class ForwardRunner {
   // Between host memory and this backend's device memory (state snapshots, state_snapshot.h).
   virtual void to_host(float* host_dst, const float* device_src, int64_t n) = 0;
   virtual void from_host(float* device_dst, const float* host_src, int64_t n) = 0;
+  // Several from_host copies of `n` floats each (a prefix's token blocks), which a backend may overlap.
+  struct HostCopy {
+    float* device_dst;
+    const float* host_src;
+  };
+  virtual void from_host_many(const std::vector<HostCopy>& copies, int64_t n) {
+    for (const HostCopy& c : copies) from_host(c.device_dst, c.host_src, n);
+  }
   // Per layer, how many distinct routed experts the last forward ran (what a step must read of the expert
   // weights: the floor of benchmarks).
   virtual std::vector<int64_t> routed_experts_last_forward() const = 0;

@@ -391,6 +391,7 @@ void Model::take_prefix_blocks(const std::vector<PrefixBlock>& blocks, SequenceS
       into.pool->retain(blocks[i].shared);
       into.blocks[i] = blocks[i].shared;
     }
+  std::vector<ForwardRunner::HostCopy> copies;
   for (size_t i = 0; i < blocks.size(); ++i) {
     if (blocks[i].shared >= 0) continue;
     const std::optional<int32_t> mine = into.pool->allocate();
@@ -399,8 +400,9 @@ void Model::take_prefix_blocks(const std::vector<PrefixBlock>& blocks, SequenceS
       fail("restore_prefix: the state pool is out of token blocks (", blocks.size(), " needed)");
     }
     into.blocks[i] = *mine;
-    runner_->from_host(into.pool->block(*mine), blocks[i].host, parts_->layout.block_floats);
+    copies.push_back({into.pool->block(*mine), blocks[i].host});
   }
+  runner_->from_host_many(copies, parts_->layout.block_floats);  // one pipeline for all of them
 }
 
 void Model::restore_prefix(const std::vector<PrefixBlock>& blocks, std::string_view rows, SequenceState& into) const {
