@@ -400,8 +400,10 @@ void Model::take_prefix_blocks(const std::vector<PrefixBlock>& blocks, SequenceS
       fail("restore_prefix: the state pool is out of token blocks (", blocks.size(), " needed)");
     }
     into.blocks[i] = *mine;
-    copies.push_back({into.pool->block(*mine), blocks[i].host});
   }
+  // Addresses only now: a growable pool moves its storage as it grows.
+  for (size_t i = 0; i < blocks.size(); ++i)
+    if (blocks[i].shared < 0) copies.push_back({into.pool->block(into.blocks[i]), blocks[i].host});
   runner_->from_host_many(copies, parts_->layout.block_floats);  // one pipeline for all of them
 }
 
