@@ -75,7 +75,7 @@ std::vector<std::shared_ptr<const std::string>> PrefixCache::load_blocks(const s
 }
 
 int64_t PrefixCache::restore(const std::vector<model::BlockHash>& hashes, int64_t max_blocks,
-                             model::SequenceState& into, int64_t ttl) {
+                             model::SequenceState& into, int64_t ttl, int64_t* seen_blocks) {
   const auto start = std::chrono::steady_clock::now();
   const int64_t limit = std::min<int64_t>(max_blocks, static_cast<int64_t>(hashes.size()));
   {
@@ -91,6 +91,7 @@ int64_t PrefixCache::restore(const std::vector<model::BlockHash>& hashes, int64_
     else break;
   }
   int64_t k = static_cast<int64_t>(tiers.size());
+  if (seen_blocks) *seen_blocks = k;
   const bool replay = cfg_.mode == ReuseMode::Replay;
   if (replay) {
     if (k * block_tokens_ <= cfg_.replay_tokens) return 0;  // nothing would be left not to compute

@@ -61,8 +61,10 @@ class PrefixCache {
   // Restores into `into` the longest cached resumable prefix made of the first ≤ max_blocks of `hashes`; returns
   // the tokens restored, where `into` now stands (0: a miss, `into` reset; in replay mode the tokens to replay are
   // not counted). Counts hit tokens by tier. A damaged entry is a miss.
+  // `seen_blocks`, when given, gets how many of the first blocks are cached at all (resumable or not): a prefix
+  // seen before, whose end is worth a checkpoint.
   int64_t restore(const std::vector<model::BlockHash>& hashes, int64_t max_blocks, model::SequenceState& into,
-                  int64_t ttl_seconds);
+                  int64_t ttl_seconds, int64_t* seen_blocks = nullptr);
   // Saves `state`, which must stand at a block boundary k·B with hashes of at least k blocks: its blocks not cached
   // yet and its boundary rows.
   void save(const model::SequenceState& state, const std::vector<model::BlockHash>& hashes, int64_t ttl_seconds);

@@ -1,5 +1,6 @@
-// The engine's side of the prefix cache (cache/prefix_cache.h): restore at admission, checkpoints in prefill, the
-// last block boundary of decode saved when a sequence finishes.
+// The engine's side of the prefix cache (cache/prefix_cache.h): restore at admission, checkpoints in prefill (every
+// N blocks, the prompt's last block boundary, and the end of a prefix seen before), the last block boundary of
+// decode saved when a sequence finishes.
 #include <algorithm>
 
 #include "engine/engine.h"
@@ -24,7 +25,10 @@ int64_t Engine::cache_restore(Sequence& s, model::SequenceState& state) {
   if (!s.cache) return 0;
   const int64_t B = cfg_.cache->block_tokens();
   // At least one token is left to compute: its logits pick the next token.
-  const int64_t restored = cfg_.cache->restore(s.cache->hashes, (s.num_tokens() - 1) / B, state, s.cache->ttl_seconds);
+  int64_t seen = 0;
+  const int64_t restored =
+      cfg_.cache->restore(s.cache->hashes, (s.num_tokens() - 1) / B, state, s.cache->ttl_seconds, &seen);
+  s.cache->seen_prefix_end = seen * B > restored ? seen * B : 0;
   // Until the first token, the latest admission is the one the usage reports (an admission can fail for blocks and
   // be retried after other sequences finish).
   if (s.output.empty()) s.cache->cached_tokens = std::min<int64_t>(restored, static_cast<int64_t>(s.prompt.size()));
@@ -41,6 +45,7 @@ int64_t Engine::cache_chunk_end(const Sequence& s, int64_t start) const {
   int64_t end = (start / every + 1) * every;
   const int64_t last = (prompt - 1) / B * B;
   if (last > start) end = std::min(end, last);
+  if (s.cache->seen_prefix_end > start) end = std::min(end, s.cache->seen_prefix_end);
   return end;
 }
 
@@ -62,7 +67,8 @@ void Engine::cache_after_step(Sequence& s) {
   if (n <= prompt) {
     // A prefill checkpoint (cache_chunk_end stopped the span here) or a span that ended here by chance.
     const int64_t every = cfg_.cache->config().checkpoint_every_blocks * B;
-    if (n % every == 0 || n == (prompt - 1) / B * B) cfg_.cache->save(state, s.cache->hashes, s.cache->ttl_seconds);
+    if (n % every == 0 || n == (prompt - 1) / B * B || n == s.cache->seen_prefix_end)
+      cfg_.cache->save(state, s.cache->hashes, s.cache->ttl_seconds);
     return;
   }
   s.cache->staged_rows = cfg_.cache->rows_of(state);

@@ -26,6 +26,9 @@ struct SequenceCache {
   int64_t ttl_seconds = 0;
   // Prompt tokens restored at the admission that produced its first token (what the usage reports).
   int64_t cached_tokens = 0;
+  // The end of the prompt's longest prefix whose blocks were cached (seen before) when it was admitted, if it lies
+  // past what could be restored: a common prefix of several requests, checkpointed there so the next one resumes.
+  int64_t seen_prefix_end = 0;
   // The last block boundary decode passed (its blocks, and in exact mode its boundary rows), saved when it finishes.
   std::string staged_rows;
   int64_t staged_blocks = 0;

@@ -214,6 +214,26 @@ TEST_F(PrefixCacheTest, AMissingBlockOrDamagedRowsFallBackToComputing) {
   EXPECT_GT(cold_cache->stats().store.corrupt_files, 0);
 }
 
+// A prefix several requests share (a system prompt) that ends mid-block is checkpointed where it ends once a
+// second request has seen it, so the third resumes there — DeepSeek's "common prefixes seen more than once".
+TEST_F(PrefixCacheTest, APrefixSeenBeforeIsCheckpointedWhereItEnds) {
+  auto cache = make_cache(false, 64);  // no checkpoints every N blocks here
+  const std::vector<int32_t> system = test::token_ids(50, 81);  // blocks 0–2 and 2 tokens of block 3
+  auto with_tail = [&](int64_t salt) {
+    std::vector<int32_t> p = system;
+    for (int32_t t : test::token_ids(20, salt)) p.push_back(t);
+    return p;
+  };
+  EXPECT_EQ(complete(with_tail(82), sampled(3, true), cache).cached_tokens, 0);
+  // The first request saved its blocks and the rows at its own last boundary (64), past the shared part: a miss,
+  // which finds 3 of its blocks cached and checkpoints their end.
+  EXPECT_EQ(complete(with_tail(83), sampled(3, true), cache).cached_tokens, 0);
+  const std::vector<int32_t> third = with_tail(84);
+  const Completion hit = complete(third, sampled(3, true), cache);
+  EXPECT_EQ(hit.cached_tokens, 48);
+  EXPECT_TRUE(same(complete(third, sampled(3, true), nullptr), hit));
+}
+
 // The GPU tier outlives its sequences: a finished request's full blocks stay in the state pool, findable, until new
 // blocks need their room; a repeat shares them without any copy (only its boundary rows come from host memory).
 TEST_F(PrefixCacheTest, AFinishedRequestsBlocksStayInThePoolForTheNextOneUntilTheirRoomIsNeeded) {
