@@ -83,10 +83,12 @@ TEST_F(ServerCache, ARepeatedPromptIsServedFromTheCacheWithTheSameAnswer) {
   EXPECT_EQ(hit["choices"][0]["text"], cold["choices"][0]["text"]);
   EXPECT_EQ(hit["choices"][0]["logprobs"], cold["choices"][0]["logprobs"]);  // the same doubles, printed alike
 
+  // The first request's blocks stayed in the state pool (kept after it finished): the hit shares them there.
   const HttpReply metrics = send("GET", "/metrics", "", "");
-  EXPECT_NE(metrics.body.find("strata_prefix_cache_hit_tokens_total{model_name=\"model\",tier=\"host\"} 256"),
+  EXPECT_NE(metrics.body.find("strata_prefix_cache_hit_tokens_total{model_name=\"model\",tier=\"gpu\"} 256"),
             std::string::npos)
       << metrics.body;
+  EXPECT_NE(metrics.body.find("strata_state_pool_kept_blocks{model_name=\"model\"} "), std::string::npos);
 }
 
 TEST_F(ServerCache, KeysAndPromptCacheKeysIsolateTenants) {
