@@ -218,7 +218,7 @@ void check_batch(const std::string& name, const Bar& bar, const Model& cpu, cons
     // The sampling stage: the three sequences' rows home; the twin's penalised (biases on some ids, repetition over
     // some, amounts subtracted from others, on the device) and picked greedily; the sample twin picked at random.
     model::LogitsStage stage;
-    for (size_t q = 0; q < lens.size(); ++q) stage.rows.push_back({static_cast<int64_t>(q), true, {}, std::nullopt});
+    for (size_t q = 0; q < lens.size(); ++q) stage.rows.push_back({static_cast<int64_t>(q), true, {}, std::nullopt, nullptr});
     model::RowPenalties penalties;
     penalties.repetition = 1.0f + 0.2f * static_cast<float>(step % 3);
     for (int32_t id = 0; id < static_cast<int32_t>(vocab); id += 7) penalties.seen.push_back(id);
@@ -226,10 +226,10 @@ void check_batch(const std::string& name, const Bar& bar, const Model& cpu, cons
     // logit_bias (added first, in a launch of its own): on ids some of which the repetition and subtraction also touch.
     for (int32_t id = 1; id < static_cast<int32_t>(vocab); id += 5)
       penalties.bias.emplace_back(id, 0.75f * static_cast<float>(id % 3) - 0.5f);
-    stage.rows.push_back({static_cast<int64_t>(lens.size()), false, penalties, model::TokenPick{}});
+    stage.rows.push_back({static_cast<int64_t>(lens.size()), false, penalties, model::TokenPick{}, nullptr});
     const model::TokenPick draw{step % 3 == 0 ? 0.7 : 1.2, step % 2 == 0 ? 0 : 20, step % 3 == 1 ? 1.0 : 0.9,
                                 step % 4 == 3 ? 0.05 : 0.0, engine::counter_uniform(1234, static_cast<uint64_t>(step))};
-    stage.rows.push_back({static_cast<int64_t>(lens.size()) + 1, false, {}, draw});
+    stage.rows.push_back({static_cast<int64_t>(lens.size()) + 1, false, {}, draw, nullptr});
     const model::StepLogits home = gpu.run_step(chunks, stage);
     std::vector<Mat> out;
     for (size_t q = 0; q < lens.size(); ++q) {
@@ -308,7 +308,7 @@ void check_graphs(const std::string& name, const std::string& dir, Precision pre
       }
       ca.push_back({tokens, a[q], false});
       cb.push_back({tokens, b[q], false});
-      stage.rows.push_back({static_cast<int64_t>(q), !pick_only, {}, pick_only ? std::optional<model::TokenPick>(model::TokenPick{}) : std::nullopt});
+      stage.rows.push_back({static_cast<int64_t>(q), !pick_only, {}, pick_only ? std::optional<model::TokenPick>(model::TokenPick{}) : std::nullopt, nullptr});
     }
     const model::StepLogits oa = eager.run_step(ca, stage), ob = graphed.run_step(cb, stage);
     for (size_t q = 0, raw = 0; q < lens.size(); ++q) {

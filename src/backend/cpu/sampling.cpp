@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -72,6 +73,13 @@ void apply_penalties(std::span<float> logits, const model::RowPenalties& p) {
       l = l > 0 ? l / p.repetition : l * p.repetition;
     }
   for (const auto& [id, amount] : p.subtract) logits[static_cast<size_t>(id)] -= amount;
+}
+
+void apply_mask(std::span<float> logits, const model::TokenMask& allowed) {
+  const size_t covered = std::min(logits.size(), allowed.size() * 32);
+  for (size_t id = 0; id < covered; ++id)
+    if (!((allowed[id / 32] >> (id % 32)) & 1u)) logits[id] = -std::numeric_limits<float>::infinity();
+  for (size_t id = covered; id < logits.size(); ++id) logits[id] = -std::numeric_limits<float>::infinity();
 }
 
 // The first maximum when greedy, else the draw `uniform` ∈ [0, 1) over the filtered, tempered distribution.
