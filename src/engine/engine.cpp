@@ -53,6 +53,9 @@ void Engine::add_request(const std::string& request_id, std::vector<int32_t> pro
     hashes = model::block_hashes(salt, prompt, cfg_.cache->block_tokens());
   }
   const uint64_t seed = params.seed ? *params.seed : unseeded_();
+  const int64_t vocab = model_.config().vocab_size;
+  const auto& eos_ids = model_.config().eos_token_ids;
+  const int32_t eos = eos_ids.empty() ? 0 : static_cast<int32_t>(eos_ids.front());
   for (int64_t i = 0; i < params.n; ++i) {
     auto s = std::make_unique<Sequence>();
     s->id = next_id_++;
@@ -63,6 +66,7 @@ void Engine::add_request(const std::string& request_id, std::vector<int32_t> pro
     s->seed = seed + static_cast<uint64_t>(i);
     s->history = TokenHistory(params.uses_history());
     s->history.add_prompt(s->prompt);
+    if (params.constraint) s->constrained = std::make_unique<ConstrainedOutput>(params.constraint, vocab, eos);
     s->arrival = std::chrono::steady_clock::now();
     if (cached) {
       s->cache.emplace();
@@ -113,14 +117,22 @@ std::vector<TokenEvent> Engine::step() {
   if (plan.empty()) return events;
 
   for (ScheduledSpan& span : plan.spans) {
-    const Sequence& s = *sequences_.at(span.sequence_id);
+    Sequence& s = *sequences_.at(span.sequence_id);
     const auto prompt_len = static_cast<int64_t>(s.prompt.size());
     if (span.start < prompt_len) totals_.prompt_tokens += std::min(span.end(), prompt_len) - span.start;
     if (!span.samples) continue;
     // The draw is a function of (seed, output position) alone, so a preempted and resumed sequence, or one batched
     // differently, picks the same token.
     span.sampling = SpanSampling{s.params.processes_logits() ? penalties_of(s.params, s.history) : model::RowPenalties{},
-                                 pick_of(s.params, s.seed, static_cast<uint64_t>(s.output.size())), s.params.logprobs};
+                                 pick_of(s.params, s.seed, static_cast<uint64_t>(s.output.size())), s.params.logprobs,
+                                 nullptr};
+    if (s.constrained) {
+      const double seconds = s.constrained->mask_seconds();
+      const int64_t built = s.constrained->masks_built();
+      span.sampling->allowed = s.constrained->next_mask();
+      totals_.grammar_mask_seconds += s.constrained->mask_seconds() - seconds;
+      totals_.grammar_masks += s.constrained->masks_built() - built;
+    }
   }
   const auto model_start = std::chrono::steady_clock::now();
   StepOutput out = runner_.execute(plan);
@@ -166,7 +178,12 @@ std::vector<TokenEvent> Engine::step() {
     const bool stop_id = std::find(s.params.stop_token_ids.begin(), s.params.stop_token_ids.end(), token) !=
                          s.params.stop_token_ids.end();
     const bool eos_id = !s.params.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end();
-    if (stop_id || eos_id)
+    // A grammar that refuses the pick (a pick outside its mask: never, short of a bug) ends the sequence; one
+    // that accepted its end stops it, ignore_eos or not.
+    const bool refused = s.constrained && !s.constrained->accept(token);
+    if (refused)
+      finish(s, FinishReason::Abort, events, true);
+    else if (stop_id || eos_id || (s.constrained && s.constrained->terminated()))
       finish(s, FinishReason::Stop, events, true);
     else if (static_cast<int64_t>(s.output.size()) >= s.params.max_tokens || s.num_tokens() >= cfg_.max_model_len)
       finish(s, FinishReason::Length, events, true);

@@ -49,6 +49,10 @@ struct EngineStats {
   // Wall time in step() and, of it, in the model runner (forward and sampling stage): the rest is the engine's own
   // cost (planning, sampling settings, events).
   double step_seconds = 0, model_seconds = 0;
+  // Structured outputs: allowed-token masks built (one per constrained token) and the engine thread's time building
+  // them (part of the engine's own cost, on the step's critical path).
+  int64_t grammar_masks = 0;
+  double grammar_mask_seconds = 0;
 };
 
 class Engine {
