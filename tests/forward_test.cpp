@@ -227,11 +227,11 @@ TEST_F(ChunkingTest, SamplingStageRejectsMalformedRequests) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
-  expect_error({{{1, true, {}, std::nullopt}}}, "outside the step's 1 rows");
-  expect_error({{{0, false, {}, model::TokenPick{0.7, 0, 1.0, 0.0, 1.0}}}}, "with draw 1");
+  expect_error({{{1, true, {}, std::nullopt, nullptr}}}, "outside the step's 1 rows");
+  expect_error({{{0, false, {}, model::TokenPick{0.7, 0, 1.0, 0.0, 1.0}, nullptr}}}, "with draw 1");
   model::RowPenalties bad;
   bad.subtract = {{512, 1.0f}};
-  expect_error({{{0, false, bad, model::TokenPick{}}}}, "token id 512");
+  expect_error({{{0, false, bad, model::TokenPick{}, nullptr}}}, "token id 512");
 }
 
 TEST_F(ChunkingTest, RejectsTokensOutsideTheVocabulary) {
