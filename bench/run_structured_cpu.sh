@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Structured outputs' cost in the engine on the CPU (the demo model, models/demo/): `strata generate --input` runs
-# 64 chat requests at --max-num-seqs 64, 64 tokens each, temperature 1, once unconstrained and once per grammar:
+# 64 chat requests (the same prompts) at --max-num-seqs 64, up to 64 tokens each, temperature 1, once unconstrained
+# and once per grammar given through structured_outputs (which, unlike response_format, leaves the prompt as is):
 #   none         no grammar (ignore_eos: every request generates all 64 tokens);
-#   json_schema  response_format json_schema (an object with a bounded string, an integer, an enum, an array);
+#   json_schema  structured_outputs.json (an object with a bounded string, an integer, an enum, an array);
 #   regex        structured_outputs.regex: lower-case words ending in a full stop ([a-z ,]+\.);
-#   tool_auto    tools with tool_choice auto (the DSML call grammar over every token).
+#   tool_auto    tools with tool_choice auto (the DSML call grammar over every token; the prompt lists the tool).
 # Per run: generated tokens/s over the wall time (grammar compilation included) and over the engine's steps alone,
-# the engine's time outside the model per step, and the masks built on the engine thread with their mean cost per
+# the model's time per step and the engine's own, and the masks built on the engine thread with their mean cost per
 # constrained token (EngineStats). Writes bench/results/structured_outputs_cpu_demo.json.
 # Usage (repo root, after scripts/setup.sh): bash bench/run_structured_cpu.sh [BUILD_DIR] [OUT_JSON]
 set -euo pipefail
@@ -28,7 +29,7 @@ tools = [{"type": "function", "function": {"name": "calculator", "parameters": {
           "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}]
 kinds = {
     "none": {"ignore_eos": True},
-    "json_schema": {"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}},
+    "json_schema": {"structured_outputs": {"json": schema}},
     "regex": {"structured_outputs": {"regex": "[a-z ,]+\\."}},
     "tool_auto": {"tools": tools, "tool_choice": "auto"},
 }
@@ -50,7 +51,9 @@ work, out, commit = sys.argv[1:]
 result = {"benchmark": "structured_outputs_engine_cpu", "commit": commit,
           "date": subprocess.run(["date", "-u", "+%Y-%m-%dT%H:%M:%SZ"], capture_output=True, text=True).stdout.strip(),
           "device": subprocess.run(["bash", "scripts/provenance.sh"], capture_output=True, text=True).stdout.strip(),
-          "config": {"model": "models/demo", "requests": 64, "max_num_seqs": 64, "max_tokens": 64, "temperature": 1.0},
+          "config": {"model": "models/demo", "requests": 64, "max_num_seqs": 64, "max_tokens": 64, "temperature": 1.0,
+                     "omp_num_threads": __import__("os").environ.get("OMP_NUM_THREADS", "all cores"),
+                     "load_average_1m_before": float(open("/proc/loadavg").read().split()[0])},
           "runs": {}}
 for kind in ["none", "json_schema", "regex", "tool_auto"]:
     s = json.load(open(f"{work}/{kind}.summary.json"))
@@ -60,6 +63,7 @@ for kind in ["none", "json_schema", "regex", "tool_auto"]:
                             "generated_tokens_per_s": s["generated_tokens_per_s"], "wall_s": s["wall_s"],
                             "steps": e["steps"], "step_seconds": e["step_seconds"],
                             "generated_tokens_per_step_s": s["generated_tokens"] / e["step_seconds"],
+                            "model_ms_per_step": 1e3 * e["model_seconds"] / e["steps"],
                             "outside_model_us_per_step": e["outside_model_us_per_step"],
                             "grammar_masks": e["grammar_masks"], "grammar_mask_us_per_token": e["grammar_mask_us_per_token"]}
 base = result["runs"]["none"]["generated_tokens_per_step_s"]
