@@ -48,7 +48,6 @@ std::shared_ptr<model::TokenMask> ConstrainedOutput::writable_buffer() {
 
 std::shared_ptr<const model::TokenMask> ConstrainedOutput::next_mask() {
   if (!active_ || !matcher_) return free_mask_;
-  const auto start = std::chrono::steady_clock::now();
   std::shared_ptr<model::TokenMask> mask = writable_buffer();
   mask->assign(std::max(words_, constraint_->grammar->vocabulary().mask_words()), 0u);
   matcher_->fill_mask(mask->data());
@@ -56,7 +55,6 @@ std::shared_ptr<const model::TokenMask> ConstrainedOutput::next_mask() {
   // A grammar that cannot go on (its next bytes are in no token) ends the output rather than picking from nothing.
   if (std::all_of(mask->begin(), mask->end(), [](uint32_t w) { return w == 0; }))
     (*mask)[static_cast<size_t>(eos_) / 32] |= 1u << (eos_ % 32);
-  mask_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ++masks_built_;
   return mask;
 }

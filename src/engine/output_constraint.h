@@ -3,7 +3,6 @@
 // tokens never allowed), and one sequence's state under it. The engine asks a sequence's ConstrainedOutput for the
 // allowed-token mask of its next pick (model::TokenMask, applied where the logits are) and hands it every token
 // picked; the grammar engine itself is text/grammar/.
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -44,8 +43,7 @@ class ConstrainedOutput {
   // Whether the grammar is in force (after `starts_after`, or from the start).
   bool active() const { return active_; }
 
-  // Time spent building masks, and how many were built (engine statistics: the cost per constrained token).
-  double mask_seconds() const { return mask_seconds_; }
+  // Grammar masks built so far (engine statistics: the cost per constrained token).
   int64_t masks_built() const { return masks_built_; }
 
  private:
@@ -59,7 +57,6 @@ class ConstrainedOutput {
   bool active_;
   std::shared_ptr<model::TokenMask> buffer_;         // the last grammar mask (reused when no step holds it)
   std::shared_ptr<const model::TokenMask> free_mask_;  // before the grammar starts: all but `banned` (null: all)
-  double mask_seconds_ = 0;
   int64_t masks_built_ = 0;
 };
 
