@@ -218,10 +218,13 @@ void Server::handle(std::shared_ptr<HttpExchange> exchange) {
     if (stats.steps == 0) stats.total_blocks = engine_config_.pool.blocks;
     std::optional<cache::PrefixCacheStats> cache_stats;
     if (engine_config_.cache) cache_stats = engine_config_.cache->stats();
+    std::optional<text::grammar::GrammarCacheStats> grammar_stats;
+    if (grammars_ready_.load(std::memory_order_acquire)) grammar_stats = grammars_->stats();
     return exchange->respond(HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
                                           metrics_.render(stats, engine_config_.pool.max_sequences,
                                                           static_cast<int64_t>(http_->open_connections()),
-                                                          cache_stats ? &*cache_stats : nullptr),
+                                                          cache_stats ? &*cache_stats : nullptr,
+                                                          grammar_stats ? &*grammar_stats : nullptr),
                                           {}});
   }
   const bool chat = path == "/v1/chat/completions", completions = path == "/v1/completions";
@@ -254,7 +257,10 @@ void Server::handle(std::shared_ptr<HttpExchange> exchange) {
 // Admission: parse, tokenize and check limits on a worker; submit on the I/O thread.
 
 text::grammar::GrammarCache& Server::grammars() {
-  std::call_once(grammars_once_, [this] { grammars_ = make_grammar_cache(tokenizer_, cfg_.grammar_limits); });
+  std::call_once(grammars_once_, [this] {
+    grammars_ = make_grammar_cache(tokenizer_, cfg_.grammar_limits);
+    grammars_ready_.store(true, std::memory_order_release);
+  });
   return *grammars_;
 }
 

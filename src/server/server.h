@@ -11,6 +11,7 @@
 // Each choice of a request (n > 1, or a batch of prompts) is its own engine sequence ("<id>-<choice>", seed + i
 // when seeded — the same tokens the engine's own n would give), so a choice that hits a stop string is aborted
 // alone and its state freed at once.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -105,6 +106,7 @@ class Server {
   std::unique_ptr<WorkerPool> workers_;
   std::once_flag grammars_once_;
   std::unique_ptr<text::grammar::GrammarCache> grammars_;
+  std::atomic<bool> grammars_ready_{false};  // grammars_ is built (the I/O thread reads its stats for /metrics)
 
   // Engine thread only: this step's events, handed to the I/O thread together once the step's callbacks ran.
   struct StepEvent {

@@ -224,9 +224,15 @@ TEST_F(StructuredOutputs, BadGrammarsAre400sWithThePosition) {
   EXPECT_EQ(e["param"], "structured_outputs.grammar") << e.dump();
   e = error_of({{"structured_outputs", {{"regex", std::string(70000, 'a')}}}});
   EXPECT_NE(e["message"].get<std::string>().find("over the limit"), std::string::npos) << e.dump();
-  // The server keeps serving.
+  // The server keeps serving, and /metrics counts the masks and the compile cache.
   const json ok = chat({{"seed", 1}, {"max_tokens", 4}, {"structured_outputs", {{"choice", json::array({"ok"})}}}});
   EXPECT_EQ(ok["choices"][0]["message"]["content"], "ok");
+  HttpTestClient c(server_->port());
+  c.send(http_request("GET", "/metrics", "", {}));
+  const std::string metrics = c.read_reply().body;
+  for (const char* name : {"strata_grammar_masks_total ", "strata_grammar_mask_seconds_total ",
+                           "strata_grammar_cache_hits_total ", "strata_grammar_cache_misses_total "})
+    EXPECT_NE(metrics.find(name), std::string::npos) << name;
 }
 
 }  // namespace
