@@ -193,14 +193,14 @@ TEST_F(ChunkingTest, SamplingStagePicksWhatTheReferenceOpsPickOnTheSameLogits) {
     }
     // Row 0: greedy; row 1: raw home, nothing else; row 2: penalised and sampled, its raw row home too; row 3: none.
     model::LogitsStage stage;
-    stage.rows.push_back({0, false, {}, model::TokenPick{}});
-    stage.rows.push_back({1, true, {}, std::nullopt});
+    stage.rows.push_back({0, false, {}, model::TokenPick{}, nullptr});
+    stage.rows.push_back({1, true, {}, std::nullopt, nullptr});
     model::RowPenalties pen;
     pen.repetition = 1.3f;
     pen.seen = {1, 5, 77, 300};
     pen.subtract = {{5, 0.75f}, {9, -2.0f}};
     const model::TokenPick draw{0.8, 40, 0.9, 0.02, 0.37 + 0.1 * step};
-    stage.rows.push_back({2, true, pen, draw});
+    stage.rows.push_back({2, true, pen, draw, nullptr});
     const model::StepLogits got = m.run_step(chunks, stage);
     ASSERT_EQ(got.picks.size(), 3u);
     ASSERT_EQ(got.raw.rows, 2);
@@ -227,11 +227,11 @@ TEST_F(ChunkingTest, SamplingStageRejectsMalformedRequests) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
-  expect_error({{{1, true, {}, std::nullopt}}}, "outside the step's 1 rows");
-  expect_error({{{0, false, {}, model::TokenPick{0.7, 0, 1.0, 0.0, 1.0}}}}, "with draw 1");
+  expect_error({{{1, true, {}, std::nullopt, nullptr}}}, "outside the step's 1 rows");
+  expect_error({{{0, false, {}, model::TokenPick{0.7, 0, 1.0, 0.0, 1.0}, nullptr}}}, "with draw 1");
   model::RowPenalties bad;
   bad.subtract = {{512, 1.0f}};
-  expect_error({{{0, false, bad, model::TokenPick{}}}}, "token id 512");
+  expect_error({{{0, false, bad, model::TokenPick{}, nullptr}}}, "token id 512");
 }
 
 TEST_F(ChunkingTest, RejectsTokensOutsideTheVocabulary) {

@@ -295,7 +295,7 @@ nlohmann::json batched_decode(const model::Model& m, int64_t context, int64_t ch
       }
       // Greedy decode as the engine runs it: the pick is made where the logits are, only ids come home.
       model::LogitsStage greedy;
-      for (int64_t b = 0; b < batch; ++b) greedy.rows.push_back({b, false, {}, model::TokenPick{}});
+      for (int64_t b = 0; b < batch; ++b) greedy.rows.push_back({b, false, {}, model::TokenPick{}, nullptr});
       std::vector<double> step_s;
       FloorSum floor;
       // The first two steps are warm-ups: on a GPU the first runs a new shape eagerly, the second records it (CUDA

@@ -13,6 +13,7 @@
 #include "text/output_parser.h"
 #ifdef STRATA_WITH_SERVER
 #include "server/openai_protocol.h"
+#include "server/request_constraint.h"
 #include "server/request_prompts.h"
 #endif
 
@@ -46,12 +47,17 @@ void read_chat(Prompt& p, const std::string& file, const std::string& dir, const
     if (r.stream) fail(where, ": stream: strata generate prints the whole reply at the end; leave stream out or false");
     if (r.logprobs)
       fail(where, ": logprobs: strata generate prints no logprobs (strata generate --input and strata serve do)");
-    const server::TokenizedPrompts t =
-        server::tokenize_prompts(r, *p.tokenizer, {context, mc.vocab_size, default_served_model_name(dir), true});
+    // The grammar cache of structured outputs / tool_choice, for this one request (the constraint keeps what it
+    // compiled alive).
+    std::unique_ptr<text::grammar::GrammarCache> grammars;
+    if (server::needs_grammars(r)) grammars = server::make_grammar_cache(*p.tokenizer);
+    const server::TokenizedPrompts t = server::tokenize_prompts(
+        r, *p.tokenizer, {context, mc.vocab_size, default_served_model_name(dir), true, grammars.get()});
     p.ids = t.prompts.at(0);
     p.max_tokens = t.max_tokens.at(0);
     p.chat = r.chat_options;
     p.chat_sampling = r.sampling;
+    p.chat_sampling->constraint = t.constraint;
     p.include_stop = r.include_stop_str_in_output;
     p.parallel_tool_calls = r.parallel_tool_calls;
   } catch (const server::RequestError& e) {

@@ -10,6 +10,7 @@
 #include "cli/offline_progress.h"
 #include "model/model.h"
 #include "server/request_cache.h"
+#include "server/request_constraint.h"
 #include "server/completion_stream.h"
 #include "text/tokenizer.h"
 
@@ -42,6 +43,10 @@ class OfflineRun {
         out_(out),
         progress_(progress) {
     settings_.limits.protocol.vocab_size = model.config().vocab_size;
+    settings_.limits.grammars = [this]() -> text::grammar::GrammarCache& {
+      if (!grammars_) grammars_ = server::make_grammar_cache(tokenizer_);
+      return *grammars_;
+    };
     for (const std::string& l : lines_) summary_.requests += !blank(l);
     records_.resize(static_cast<size_t>(summary_.requests));
     window_ = std::max<int64_t>(2 * settings_.engine.scheduler.max_num_seqs, 1);
@@ -100,6 +105,7 @@ class OfflineRun {
       engine::SamplingParams params = r.sampling;
       params.n = 1;
       params.max_tokens = prepared.max_tokens[p];
+      params.constraint = prepared.constraint;
       if (r.sampling.seed) params.seed = *r.sampling.seed + i;
       std::string id = cat(slot, "-", c);
       try {
@@ -169,6 +175,7 @@ class OfflineRun {
   const std::vector<std::string>& lines_;
   std::ostream& out_;
   OfflineProgress* progress_;
+  std::unique_ptr<text::grammar::GrammarCache> grammars_;  // built when a line first needs it
 
   OfflineSummary summary_;
   std::vector<std::optional<std::string>> records_;  // by slot, until written

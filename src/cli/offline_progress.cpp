@@ -87,7 +87,13 @@ std::string format_summary(const OfflineSummary& s) {
                 static_cast<long long>(e.preemptions), e.step_seconds, e.model_seconds,
                 e.step_seconds > 0 ? 100.0 * outside / e.step_seconds : 0.0,
                 e.steps ? 1e6 * outside / static_cast<double>(e.steps) : 0.0);
-  return buf;
+  std::string out = buf;
+  if (e.grammar_masks > 0) {
+    std::snprintf(buf, sizeof buf, "grammar masks:     %lld, %.1f us each on the engine thread\n",
+                  static_cast<long long>(e.grammar_masks), 1e6 * e.grammar_mask_seconds / static_cast<double>(e.grammar_masks));
+    out += buf;
+  }
+  return out;
 }
 
 nlohmann::ordered_json summary_json(const OfflineSummary& s) {
@@ -111,7 +117,12 @@ nlohmann::ordered_json summary_json(const OfflineSummary& s) {
                  {"model_seconds", e.model_seconds},
                  {"outside_model_fraction", e.step_seconds > 0 ? (e.step_seconds - e.model_seconds) / e.step_seconds : 0.0},
                  {"outside_model_us_per_step",
-                  e.steps ? 1e6 * (e.step_seconds - e.model_seconds) / static_cast<double>(e.steps) : 0.0}};
+                  e.steps ? 1e6 * (e.step_seconds - e.model_seconds) / static_cast<double>(e.steps) : 0.0},
+                 // Structured outputs: the masks built on the engine thread and their cost per constrained token.
+                 {"grammar_masks", e.grammar_masks},
+                 {"grammar_mask_seconds", e.grammar_mask_seconds},
+                 {"grammar_mask_us_per_token",
+                  e.grammar_masks ? 1e6 * e.grammar_mask_seconds / static_cast<double>(e.grammar_masks) : 0.0}};
   return j;
 }
 

@@ -64,8 +64,10 @@ std::pair<server::Endpoint, ojson> split_line(ojson& line) {
 void tokenize(OfflineRequest& out, const text::Tokenizer& tokenizer, const OfflineLimits& limits) {
   server::TokenizedPrompts tokenized = server::tokenize_prompts(
       out.request, tokenizer,
-      {limits.max_model_len, limits.protocol.vocab_size, limits.served_model_name, /*streaming=*/false});
+      {limits.max_model_len, limits.protocol.vocab_size, limits.served_model_name, /*streaming=*/false,
+       limits.grammars && server::needs_grammars(out.request) ? &limits.grammars() : nullptr});
   out.prompts = std::move(tokenized.prompts);
+  out.constraint = std::move(tokenized.constraint);
   out.max_tokens = std::move(tokenized.max_tokens);
   out.echo = std::move(tokenized.echo);
 }

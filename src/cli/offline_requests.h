@@ -17,6 +17,8 @@
 //    "error": {"message": ..., "type": ..., "param": ..., "code": ...}}
 // "custom_id" is null when the line has none. Blank lines are not requests and get no record.
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,7 +26,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/output_constraint.h"
 #include "server/openai_protocol.h"
+#include "text/grammar/grammar_cache.h"
 
 namespace strata::text {
 class Tokenizer;
@@ -37,6 +41,8 @@ struct OfflineLimits {
   server::ProtocolLimits protocol;
   int64_t max_model_len = 8192;   // prompt + generated tokens per sequence
   std::string served_model_name;  // a request's "model", when given, must name it (404 otherwise)
+  // The grammar cache of structured outputs and tool_choice, built on first use (server/request_constraint.h).
+  std::function<text::grammar::GrammarCache&()> grammars;
 };
 
 // One input line, parsed and tokenized: ready for the engine, or refused with the error the server would send.
@@ -48,6 +54,7 @@ struct OfflineRequest {
   std::vector<std::vector<int32_t>> prompts;  // one per prompt of the request
   std::vector<int64_t> max_tokens;            // per prompt: given, or the server's default
   std::vector<std::string> echo;              // per prompt, when the request echoes
+  std::shared_ptr<const engine::OutputConstraint> constraint;  // structured outputs / tool_choice (null: none)
 };
 
 OfflineRequest prepare_offline_request(int64_t line, std::string_view text, const text::Tokenizer& tokenizer,

@@ -53,6 +53,9 @@ options:
                              aborted (default 30; a second signal aborts them at once)
   --idle-timeout S           close a keep-alive connection idle for S seconds (default 300)
   --cache-scope key|global   with --api-key: each key has its own cached prefixes (default key), or all share
+  --grammar-cache N          structured outputs: compiled grammars kept across requests (default 256)
+  --grammar-compile-timeout S  a grammar, schema or regex that takes longer to compile is a 400 (default 10)
+  --grammar-max-bytes N      a longer grammar, schema, regex or choice list is a 400 (default 65536)
 )";
 constexpr const char* kHelpTail = R"(
 Endpoints: POST /v1/chat/completions, POST /v1/completions (stream or not), GET /v1/models, GET /health,
@@ -70,7 +73,7 @@ int serve_command(const std::vector<std::string>& argv) {
   const Args args(argv,
                   with_cache_options({"model", "host", "port", "device", "precision", "cuda-graphs", "api-key", "served-model-name", "max-model-len", "state-memory",
                    "max-num-seqs", "max-num-batched-tokens", "max-body-bytes", "max-n", "shutdown-grace", "idle-timeout",
-                   "cache-scope"}),
+                   "cache-scope", "grammar-cache", "grammar-compile-timeout", "grammar-max-bytes"}),
                   {"help", "cuda-op-times"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
@@ -88,6 +91,11 @@ int serve_command(const std::vector<std::string>& argv) {
   if (!(idle_s > 0)) fail("option --idle-timeout: expected seconds > 0, found ", idle_s);
   const int64_t max_body = positive_integer(args, "max-body-bytes", 8 << 20);
   const int64_t max_n = positive_integer(args, "max-n", 16);
+  const int64_t grammar_entries = positive_integer(args, "grammar-cache", 256);
+  const int64_t grammar_bytes = positive_integer(args, "grammar-max-bytes", 64 << 10);
+  const double grammar_timeout_s = args.number("grammar-compile-timeout", 10.0);
+  if (!(grammar_timeout_s > 0))
+    fail("option --grammar-compile-timeout: expected seconds > 0, found ", grammar_timeout_s);
   const std::string dir = model_dir_or_default(args);  // after the options: a bad flag is named before the model
 
   // Block the shutdown signals before any thread starts, so every thread inherits the mask and only the
@@ -128,6 +136,9 @@ int serve_command(const std::vector<std::string>& argv) {
   sc.max_body_bytes = static_cast<size_t>(max_body);
   sc.limits.max_n = max_n;
   sc.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(idle_s * 1000));
+  sc.grammar_limits.max_entries = static_cast<size_t>(grammar_entries);
+  sc.grammar_limits.max_source_bytes = static_cast<size_t>(grammar_bytes);
+  sc.grammar_limits.max_compile_time = std::chrono::milliseconds(static_cast<int64_t>(grammar_timeout_s * 1000));
 
   server::Server server(model, tokenizer, ec, sc);
   server.start();

@@ -53,6 +53,9 @@ void Engine::add_request(const std::string& request_id, std::vector<int32_t> pro
     hashes = model::block_hashes(salt, prompt, cfg_.cache->block_tokens());
   }
   const uint64_t seed = params.seed ? *params.seed : unseeded_();
+  const int64_t vocab = model_.config().vocab_size;
+  const auto& eos_ids = model_.config().eos_token_ids;
+  const int32_t eos = eos_ids.empty() ? 0 : static_cast<int32_t>(eos_ids.front());
   for (int64_t i = 0; i < params.n; ++i) {
     auto s = std::make_unique<Sequence>();
     s->id = next_id_++;
@@ -63,6 +66,7 @@ void Engine::add_request(const std::string& request_id, std::vector<int32_t> pro
     s->seed = seed + static_cast<uint64_t>(i);
     s->history = TokenHistory(params.uses_history());
     s->history.add_prompt(s->prompt);
+    if (params.constraint) s->constrained = std::make_unique<ConstrainedOutput>(params.constraint, vocab, eos);
     s->arrival = std::chrono::steady_clock::now();
     if (cached) {
       s->cache.emplace();
@@ -105,23 +109,42 @@ void Engine::finish(Sequence& seq, FinishReason reason, std::vector<TokenEvent>&
   sequences_.erase(seq.id);
 }
 
+void Engine::build_masks(const std::vector<std::pair<ScheduledSpan*, ConstrainedOutput*>>& spans) {
+  if (spans.empty()) return;
+  const auto start = std::chrono::steady_clock::now();
+  int64_t built = 0;
+  for (const auto& [span, c] : spans) built -= c->masks_built();
+  // Each sequence's matcher is its own and the compiled grammars are safe to share, so a large batch's masks are
+  // built on every core (a JSON-schema mask is ~10 us; 64 of them would be most of a GPU decode step's CPU time).
+  const auto n = static_cast<int64_t>(spans.size());
+#pragma omp parallel for schedule(dynamic) if (n >= 8)
+  for (int64_t i = 0; i < n; ++i) spans[static_cast<size_t>(i)].first->sampling->allowed = spans[static_cast<size_t>(i)].second->next_mask();
+  for (const auto& [span, c] : spans) built += c->masks_built();
+  totals_.grammar_masks += built;
+  totals_.grammar_mask_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 std::vector<TokenEvent> Engine::step() {
   const auto step_start = std::chrono::steady_clock::now();
   std::vector<TokenEvent> events = std::move(pending_events_);
   pending_events_.clear();
   StepPlan plan = scheduler_.plan_step();
   if (plan.empty()) return events;
+  std::vector<std::pair<ScheduledSpan*, ConstrainedOutput*>> constrained;
 
   for (ScheduledSpan& span : plan.spans) {
-    const Sequence& s = *sequences_.at(span.sequence_id);
+    Sequence& s = *sequences_.at(span.sequence_id);
     const auto prompt_len = static_cast<int64_t>(s.prompt.size());
     if (span.start < prompt_len) totals_.prompt_tokens += std::min(span.end(), prompt_len) - span.start;
     if (!span.samples) continue;
     // The draw is a function of (seed, output position) alone, so a preempted and resumed sequence, or one batched
     // differently, picks the same token.
     span.sampling = SpanSampling{s.params.processes_logits() ? penalties_of(s.params, s.history) : model::RowPenalties{},
-                                 pick_of(s.params, s.seed, static_cast<uint64_t>(s.output.size())), s.params.logprobs};
+                                 pick_of(s.params, s.seed, static_cast<uint64_t>(s.output.size())), s.params.logprobs,
+                                 nullptr};
+    if (s.constrained) constrained.emplace_back(&span, s.constrained.get());
   }
+  build_masks(constrained);
   const auto model_start = std::chrono::steady_clock::now();
   StepOutput out = runner_.execute(plan);
   totals_.model_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - model_start).count();
@@ -166,7 +189,12 @@ std::vector<TokenEvent> Engine::step() {
     const bool stop_id = std::find(s.params.stop_token_ids.begin(), s.params.stop_token_ids.end(), token) !=
                          s.params.stop_token_ids.end();
     const bool eos_id = !s.params.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end();
-    if (stop_id || eos_id)
+    // A grammar that refuses the pick (a pick outside its mask: never, short of a bug) ends the sequence; one
+    // that accepted its end stops it, ignore_eos or not.
+    const bool refused = s.constrained && !s.constrained->accept(token);
+    if (refused)
+      finish(s, FinishReason::Abort, events, true);
+    else if (stop_id || eos_id || (s.constrained && s.constrained->terminated()))
       finish(s, FinishReason::Stop, events, true);
     else if (static_cast<int64_t>(s.output.size()) >= s.params.max_tokens || s.num_tokens() >= cfg_.max_model_len)
       finish(s, FinishReason::Length, events, true);

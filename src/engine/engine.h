@@ -51,6 +51,10 @@ struct EngineStats {
   // Wall time in step() and, of it, in the model runner (forward and sampling stage): the rest is the engine's own
   // cost (planning, sampling settings, events).
   double step_seconds = 0, model_seconds = 0;
+  // Structured outputs: allowed-token masks built (one per constrained token) and the wall time of building them,
+  // before each forward (part of the engine's own cost, on the step's critical path; large batches in parallel).
+  int64_t grammar_masks = 0;
+  double grammar_mask_seconds = 0;
 };
 
 class Engine {
@@ -73,6 +77,8 @@ class Engine {
 
  private:
   void finish(Sequence& seq, FinishReason reason, std::vector<TokenEvent>& events, bool with_token);
+  // The allowed-token masks of a step's constrained sampling spans (structured outputs), before the forward.
+  void build_masks(const std::vector<std::pair<ScheduledSpan*, ConstrainedOutput*>>& spans);
   // The prefix cache's part of a step (engine_cache.cpp).
   int64_t cache_restore(Sequence& s, model::SequenceState& state);
   int64_t cache_chunk_end(const Sequence& s, int64_t start) const;

@@ -1,11 +1,26 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "core/error.h"
 #include "engine/sampler.h"
 
 namespace strata::engine {
+
+namespace {
+
+// Tokens of the vocabulary a mask allows.
+int64_t allowed_count(const model::TokenMask& allowed, int64_t vocab) {
+  int64_t n = 0;
+  const auto words = std::min<size_t>(allowed.size(), static_cast<size_t>(vocab / 32));
+  for (size_t w = 0; w < words; ++w) n += std::popcount(allowed[w]);
+  for (int64_t id = static_cast<int64_t>(words) * 32; id < vocab && id / 32 < static_cast<int64_t>(allowed.size()); ++id)
+    n += (allowed[static_cast<size_t>(id / 32)] >> (id % 32)) & 1u;
+  return n;
+}
+
+}  // namespace
 
 ModelRunner::ModelRunner(const model::Model& model, model::StatePool& pool, model::LayerObserver observe)
     : model_(model), pool_(pool), observe_(std::move(observe)) {}
@@ -31,18 +46,24 @@ StepOutput ModelRunner::execute(const StepPlan& plan) {
     if (span.samples != span.sampling.has_value())
       fail("model runner: sequence ", span.sequence_id, span.samples ? " samples without" : " has sampling settings but does not sample",
            " sampling settings");
-    if (!span.draft_tokens.empty() || span.grammar_mask >= 0)
-      fail("model runner: sequence ", span.sequence_id, " asks for draft verification or a grammar mask, which this runner does not do yet");
+    if (!span.draft_tokens.empty())
+      fail("model runner: sequence ", span.sequence_id, " asks for draft verification, which this runner does not do yet");
     chunks.push_back({span.tokens, &state, span.all_logits});
     const int64_t count = span.all_logits ? static_cast<int64_t>(span.tokens.size()) : 1;
     first_row[i] = rows;
     for (int64_t r = 0; r < count; ++r) {
       const bool last = r + 1 == count;
-      model::LogitsRowRequest req{rows + r, span.all_logits, {}, std::nullopt};
+      model::LogitsRowRequest req{rows + r, span.all_logits, {}, std::nullopt, nullptr};
       if (last && span.sampling) {
         req.raw_home = req.raw_home || span.sampling->logprobs.has_value();
         req.penalties = span.sampling->penalties;
         req.pick = span.sampling->pick;
+        if (const auto& allowed = span.sampling->allowed) {
+          req.allowed = allowed;
+          // top_k past the allowed count keeps masked tokens of probability 0: the same draw with top_k cut to the
+          // count, and the device then never walks the crowd of -inf logits (backend/cuda/sampling.cu).
+          if (req.pick->top_k > 0) req.pick->top_k = std::min(req.pick->top_k, allowed_count(*allowed, vocab));
+        }
         pick_request[i] = static_cast<int64_t>(stage.rows.size());
       }
       if (req.raw_home || req.pick) stage.rows.push_back(std::move(req));

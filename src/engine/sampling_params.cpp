@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "engine/output_constraint.h"
 
 namespace strata::engine {
 
@@ -35,6 +36,7 @@ void SamplingParams::validate(int64_t vocab_size) const {
   std::sort(ids.begin(), ids.end());
   if (const auto twin = std::adjacent_find(ids.begin(), ids.end()); twin != ids.end())
     fail("logit_bias: token id ", *twin, " is given twice");
+  if (constraint) constraint->validate(vocab_size);
   for (const std::string& s : stop)
     if (s.empty()) fail("stop: stop strings must not be empty");
 }

@@ -1,12 +1,15 @@
 #pragma once
 // What a request asks of token selection (OpenAI / vLLM names). Validated once, at admission.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace strata::engine {
+
+struct OutputConstraint;  // engine/output_constraint.h
 
 struct SamplingParams {
   double temperature = 1.0;        // 0 = greedy
@@ -23,6 +26,9 @@ struct SamplingParams {
   // OpenAI's logit_bias: amount in [-100, 100] added to the raw logit of a token id (distinct ids) before penalties,
   // temperature and filtering; -100 in effect bans a token, 100 all but forces it.
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // Structured outputs and tool_choice: the grammar the output follows and the tokens it may never hold (null: free
+  // text). Shared by the request's sequences; each keeps its own position in the grammar.
+  std::shared_ptr<const OutputConstraint> constraint;
   bool ignore_eos = false;
   std::optional<int64_t> logprobs;  // return the sampled token's logprob and this many top alternatives
   int64_t n = 1;                    // completions per request

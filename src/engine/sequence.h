@@ -1,11 +1,13 @@
 #pragma once
 // One generation stream: a request's prompt, its sampled tokens so far, and where it stands in the engine.
 #include <chrono>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/output_constraint.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "model/token_blocks.h"
@@ -58,6 +60,7 @@ struct Sequence {
   std::vector<float> prompt_logits;
   int64_t captured_rows = 0;
   std::optional<SequenceCache> cache;  // set when it uses the engine's prefix cache
+  std::unique_ptr<ConstrainedOutput> constrained;  // set when params.constraint is (structured outputs)
 
   int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }
   int32_t token_at(int64_t i) const {

@@ -4,6 +4,7 @@
 // compared in tests, or sent to a worker in another process. The model runner (engine/model_runner.h) consumes it
 // and answers with a StepOutput.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -11,12 +12,14 @@
 
 namespace strata::engine {
 
-// How a sampling span's next token is chosen: the logit processors and the pick (made where the logits are), and
-// how many logprobs come back with it (from the raw logits).
+// How a sampling span's next token is chosen: the logit processors, the allowed-token mask and the pick (made where
+// the logits are), and how many logprobs come back with it (from the raw logits).
 struct SpanSampling {
   model::RowPenalties penalties;
   model::TokenPick pick;
   std::optional<int64_t> logprobs;  // the chosen token's logprob and this many top alternatives
+  // Structured outputs: the tokens the pick may choose (the sequence's grammar state; null: any).
+  std::shared_ptr<const model::TokenMask> allowed;
 };
 
 // A transfer of state between this engine and a store or another engine (the KV-cache and PD-disaggregation
@@ -39,7 +42,6 @@ struct ScheduledSpan {
   bool all_logits = false;       // every row's raw logits come home (a logits capture), not only the last
   std::optional<SpanSampling> sampling;  // set when `samples`
   std::vector<int32_t> draft_tokens;     // speculative decoding: proposed continuations to verify (none yet)
-  int32_t grammar_mask = -1;             // structured outputs: the mask the pick obeys (none yet)
   int64_t end() const { return start + static_cast<int64_t>(tokens.size()); }
 };
 

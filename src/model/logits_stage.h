@@ -4,6 +4,7 @@
 // step plan; the backends carry it out as ops (rows_to_host, apply_penalties, pick_rows); backend/cpu/sampling.h is
 // the readable reference of every op's meaning. Nothing here knows about requests or sequences.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -38,12 +39,20 @@ struct RowPenalties {
   bool empty() const { return bias.empty() && (repetition == 1.0f || seen.empty()) && subtract.empty(); }
 };
 
+// Which tokens a row may pick (structured outputs): bit (id % 32) of word id / 32 set = token id is allowed; at least
+// ceil(vocab / 32) words (ids past the last word are not allowed). The grammar engine fills it
+// (text/grammar/grammar_matcher.h) in this layout, so the words go to the device as they are.
+using TokenMask = std::vector<uint32_t>;
+
 // What the step does with one of its logits rows (rows are numbered chunk after chunk, as StepRows::logits_rows).
 struct LogitsRowRequest {
   int64_t row = 0;
   bool raw_home = false;             // the unprocessed row comes home (logprobs, logits dumps)
   RowPenalties penalties;            // applied in place before the pick
   std::optional<TokenPick> pick;     // a token is chosen where the logits are; only its id comes home
+  // Applied after the penalties, before the pick: every token it does not allow gets -inf (null: all allowed). The
+  // raw row that comes home is the model's, unmasked (vLLM's default for logprobs).
+  std::shared_ptr<const TokenMask> allowed;
 };
 
 struct LogitsStage {

@@ -168,7 +168,8 @@ void render_cache(Writer& w, const cache::PrefixCacheStats& c) {
 }  // namespace
 
 std::string Metrics::render(const engine::EngineStats& stats, int64_t max_sequences, int64_t open_connections,
-                            const cache::PrefixCacheStats* cache) const {
+                            const cache::PrefixCacheStats* cache,
+                            const text::grammar::GrammarCacheStats* grammars) const {
   std::lock_guard lock(mu_);
   Writer w(escape_label(model_name_));
   const auto d = [](int64_t v) { return static_cast<double>(v); };
@@ -188,6 +189,10 @@ std::string Metrics::render(const engine::EngineStats& stats, int64_t max_sequen
   w.single("strata_num_preemptions_total", "counter", "Sequences preempted (state freed, recomputed later).",
            d(stats.preemptions));
   w.single("strata_engine_steps_total", "counter", "Engine steps run.", d(stats.steps));
+  w.single("strata_grammar_masks_total", "counter",
+           "Allowed-token masks built for constrained sequences (structured outputs, tool_choice).", d(stats.grammar_masks));
+  w.single("strata_grammar_mask_seconds_total", "counter",
+           "Engine-thread wall time building those masks, before each forward.", stats.grammar_mask_seconds);
   w.single("strata_http_connections", "gauge", "Open HTTP connections.", d(open_connections));
   w.single("strata_requests_received_total", "counter", "Completion requests admitted to the engine.",
            d(requests_received_));
@@ -203,6 +208,14 @@ std::string Metrics::render(const engine::EngineStats& stats, int64_t max_sequen
   w.histogram("strata_time_per_output_token_seconds", "Mean time between generated tokens, per choice.", tpot_);
   w.histogram("strata_e2e_request_latency_seconds", "Time from request arrival to its last token.", e2e_);
   if (cache) render_cache(w, *cache);
+  if (grammars) {
+    w.single("strata_grammar_cache_hits_total", "counter", "Grammar compile-cache hits.", d(grammars->hits));
+    w.single("strata_grammar_cache_misses_total", "counter", "Grammars compiled (or refused) for the cache.",
+             d(grammars->misses));
+    w.single("strata_grammar_cache_entries", "gauge", "Compiled grammars (and cached failures) held.", d(grammars->entries));
+    w.single("strata_grammar_compile_seconds_total", "counter", "Time compiling grammars, on the request workers.",
+             grammars->compile_seconds);
+  }
   return w.take();
 }
 

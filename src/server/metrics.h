@@ -10,6 +10,7 @@
 
 #include "cache/prefix_cache.h"
 #include "engine/engine.h"
+#include "text/grammar/grammar_cache.h"
 
 namespace strata::server {
 
@@ -46,9 +47,10 @@ class Metrics {
   void observe_e2e_latency(double seconds);
 
   // The whole exposition. `stats` are the engine's; `max_sequences` is the state pool's slot count.
-  // `cache`: the prefix cache's counters, when it is on.
+  // `cache`: the prefix cache's counters, when it is on; `grammars`: the grammar compile cache's, once built.
   std::string render(const engine::EngineStats& stats, int64_t max_sequences, int64_t open_connections,
-                     const cache::PrefixCacheStats* cache = nullptr) const;
+                     const cache::PrefixCacheStats* cache = nullptr,
+                     const text::grammar::GrammarCacheStats* grammars = nullptr) const;
 
  private:
   mutable std::mutex mu_;

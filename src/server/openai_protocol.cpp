@@ -186,6 +186,70 @@ void check_metadata(const ojson& v) {
   }
 }
 
+// vLLM's structured_outputs: exactly one of regex, json (a schema, as an object or its JSON text), grammar (EBNF),
+// choice (strings), or json_object: true.
+void parse_structured_outputs(const ojson& v, CompletionRequest& r) {
+  const std::string name = "structured_outputs";
+  if (!v.is_object()) bad(name, "expected an object with one of regex, json, grammar, choice, json_object, found ", kind(v));
+  std::vector<std::string> given;
+  for (const auto& [key, value] : v.items()) {
+    if (value.is_null()) continue;
+    const std::string field = name + "." + key;
+    OutputGrammar g;
+    g.param = field;
+    if (key == "regex") {
+      g.kind = text::grammar::SourceKind::kRegex;
+      g.source = need_string(value, field);
+    } else if (key == "grammar") {
+      g.kind = text::grammar::SourceKind::kEbnf;
+      g.source = need_string(value, field);
+    } else if (key == "json") {
+      g.kind = text::grammar::SourceKind::kJsonSchema;
+      if (value.is_object() || value.is_boolean()) g.source = value.dump();
+      else if (value.is_string()) g.source = value.get<std::string>();
+      else bad(field, "expected a JSON Schema (an object, or its JSON text as a string), found ", kind(value));
+    } else if (key == "choice") {
+      g.kind = text::grammar::SourceKind::kChoice;
+      if (!value.is_array() || value.empty()) bad(field, "expected a non-empty array of strings, found ", value.is_array() ? "an empty array" : kind(value));
+      for (size_t i = 0; i < value.size(); ++i) need_string(value[i], cat(field, "[", i, "]"));
+      g.source = value.dump();
+    } else if (key == "json_object") {
+      if (!need_bool(value, field)) continue;
+      g.kind = text::grammar::SourceKind::kJsonObject;
+    } else {
+      bad(field, "unknown parameter (structured_outputs takes regex, json, grammar, choice or json_object)");
+    }
+    given.push_back(key);
+    r.grammar = std::move(g);
+  }
+  if (given.empty()) bad(name, "expected one of regex, json, grammar, choice, json_object");
+  if (given.size() > 1) bad(name, "give one of regex, json, grammar, choice, json_object; found ", given[0], " and ", given[1]);
+}
+
+// response_format (already checked by the chat encoder, which also shows the schema in the prompt): json_object
+// and json_schema become the output's grammar; json_schema.strict must be a boolean (the schema is enforced either
+// way, as vLLM does).
+void response_format_grammar(const ojson& request, CompletionRequest& r) {
+  const auto it = request.find("response_format");
+  if (it == request.end() || it->is_null()) return;
+  const std::string type = it->value("type", "");
+  if (type == "text") return;
+  if (r.grammar) bad("response_format", "give response_format or structured_outputs, not both");
+  OutputGrammar g;
+  g.param = "response_format";
+  if (type == "json_object") {
+    g.kind = text::grammar::SourceKind::kJsonObject;
+  } else {
+    const ojson& json_schema = it->at("json_schema");
+    if (const auto strict = json_schema.find("strict"); strict != json_schema.end() && !strict->is_null())
+      need_bool(*strict, "response_format.json_schema.strict");
+    g.kind = text::grammar::SourceKind::kJsonSchema;
+    g.source = json_schema.at("schema").dump();
+    g.param = "response_format.json_schema.schema";
+  }
+  r.grammar = std::move(g);
+}
+
 bool is_unsupported_field(const std::string& key) {
   static const char* const kFields[] = {"suffix",   "best_of",    "min_tokens", "functions",  "function_call",
                                         "modalities", "audio", "prediction", "web_search_options"};
@@ -325,6 +389,7 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
            bad(k, "expected one of auto, default, flex, scale, priority, found '", tier, "'");
        }},
       {"skip_special_tokens", [&](const ojson& v, const std::string& k) { r.skip_special_tokens = need_bool(v, k); }},
+      {"structured_outputs", [&](const ojson& v, const std::string&) { parse_structured_outputs(v, r); }},
       {"include_stop_str_in_output",
        [&](const ojson& v, const std::string& k) { r.include_stop_str_in_output = need_bool(v, k); }},
   };
@@ -387,6 +452,7 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
     } catch (const Error& e) {
       throw as_request_error(e);
     }
+    response_format_grammar(request, r);
     r.chat = std::move(request);
   } else {
     if (r.prompts.empty()) bad("prompt", "missing");

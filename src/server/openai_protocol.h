@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "engine/sampling_params.h"
 #include "text/chat_request.h"
+#include "text/grammar/grammar_cache.h"
 
 namespace strata::server {
 
@@ -62,6 +63,14 @@ struct ProtocolLimits {
   int64_t vocab_size = 1 << 30;  // the model's: stop_token_ids must lie below it
 };
 
+// Structured outputs: the grammar a request's output must follow, as the grammar cache takes it
+// (text/grammar/grammar_cache.h), and the field it came from (for errors).
+struct OutputGrammar {
+  text::grammar::SourceKind kind = text::grammar::SourceKind::kJsonObject;
+  std::string source;  // JSON Schema text, regex, EBNF, or a JSON array of choices
+  std::string param;   // "response_format", "structured_outputs.regex", ...
+};
+
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::kChatCompletions;
   std::string model;  // as the client wrote it; empty when absent
@@ -85,6 +94,10 @@ struct CompletionRequest {
   nlohmann::ordered_json chat;
   text::ChatRequestOptions chat_options;
   bool parallel_tool_calls = true;  // false: a reply carries only its first tool call (the model may write more)
+
+  // response_format (chat: json_object, json_schema) or vLLM's structured_outputs (regex, json, grammar, choice);
+  // at most one of them.
+  std::optional<OutputGrammar> grammar;
 
   // The prefix cache (cache/prefix_cache.h). prompt_cache_key: OpenAI's; only requests with the same key share
   // cached prefixes (and a router may send them to one replica). cache_class: "chat" or "agent" (the default is

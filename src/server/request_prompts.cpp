@@ -69,6 +69,10 @@ TokenizedPrompts tokenize_prompts(const CompletionRequest& r, const text::Tokeni
     out.max_tokens.push_back(r.max_tokens_given ? r.sampling.max_tokens
                                                 : chat ? context - length : std::min<int64_t>(16, context - length));
   }
+  if (rules.grammars)
+    out.constraint = request_constraint(r, tokenizer, *rules.grammars);
+  else if (r.grammar)
+    throw RequestError(400, r.grammar->param, cat(r.grammar->param, ": structured outputs are not available here"));
   return out;
 }
 

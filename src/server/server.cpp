@@ -8,6 +8,7 @@
 
 #include "server/completion_stream.h"
 #include "server/request_cache.h"
+#include "server/request_constraint.h"
 #include "server/request_prompts.h"
 #include "text/chat_encoding.h"
 #include "text/tokenizer.h"
@@ -89,6 +90,7 @@ struct Server::Prepared {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<int64_t> max_tokens;  // per prompt
   std::vector<std::string> echo;
+  std::shared_ptr<const engine::OutputConstraint> constraint;  // structured outputs / tool_choice (null: none)
   size_t key = 0;  // which API key it came with
 };
 
@@ -216,10 +218,13 @@ void Server::handle(std::shared_ptr<HttpExchange> exchange) {
     if (stats.steps == 0) stats.total_blocks = engine_config_.pool.blocks;
     std::optional<cache::PrefixCacheStats> cache_stats;
     if (engine_config_.cache) cache_stats = engine_config_.cache->stats();
+    std::optional<text::grammar::GrammarCacheStats> grammar_stats;
+    if (grammars_ready_.load(std::memory_order_acquire)) grammar_stats = grammars_->stats();
     return exchange->respond(HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
                                           metrics_.render(stats, engine_config_.pool.max_sequences,
                                                           static_cast<int64_t>(http_->open_connections()),
-                                                          cache_stats ? &*cache_stats : nullptr),
+                                                          cache_stats ? &*cache_stats : nullptr,
+                                                          grammar_stats ? &*grammar_stats : nullptr),
                                           {}});
   }
   const bool chat = path == "/v1/chat/completions", completions = path == "/v1/completions";
@@ -251,6 +256,14 @@ void Server::handle(std::shared_ptr<HttpExchange> exchange) {
 // ---------------------------------------------------------------------------------------------------------------
 // Admission: parse, tokenize and check limits on a worker; submit on the I/O thread.
 
+text::grammar::GrammarCache& Server::grammars() {
+  std::call_once(grammars_once_, [this] {
+    grammars_ = make_grammar_cache(tokenizer_, cfg_.grammar_limits);
+    grammars_ready_.store(true, std::memory_order_release);
+  });
+  return *grammars_;
+}
+
 void Server::prepare(std::shared_ptr<HttpExchange> exchange, Endpoint endpoint, Clock::time_point arrival, size_t key) {
   auto prepared = std::make_shared<Prepared>();
   prepared->exchange = exchange;
@@ -260,10 +273,13 @@ void Server::prepare(std::shared_ptr<HttpExchange> exchange, Endpoint endpoint, 
   try {
     prepared->request = parse_completion_request(endpoint, exchange->request().body, cfg_.limits);
     TokenizedPrompts tokenized = tokenize_prompts(
-        prepared->request, tokenizer_, {engine_config_.max_model_len, model_.config().vocab_size, cfg_.served_model_name});
+        prepared->request, tokenizer_,
+        {engine_config_.max_model_len, model_.config().vocab_size, cfg_.served_model_name, true,
+         needs_grammars(prepared->request) ? &grammars() : nullptr});
     prepared->prompts = std::move(tokenized.prompts);
     prepared->max_tokens = std::move(tokenized.max_tokens);
     prepared->echo = std::move(tokenized.echo);
+    prepared->constraint = std::move(tokenized.constraint);
   } catch (const RequestError& e) {
     error = e;
   } catch (const Error& e) {
@@ -316,6 +332,7 @@ void Server::admit(std::shared_ptr<Prepared> prepared) {
     engine::SamplingParams params = r.sampling;
     params.n = 1;
     params.max_tokens = prepared->max_tokens[p];
+    params.constraint = prepared->constraint;
     if (r.sampling.seed) params.seed = *r.sampling.seed + i;
     try {
       engine_->submit(request->sequence_ids[c], prepared->prompts[p], params,

@@ -11,6 +11,7 @@
 // Each choice of a request (n > 1, or a batch of prompts) is its own engine sequence ("<id>-<choice>", seed + i
 // when seeded — the same tokens the engine's own n would give), so a choice that hits a stop string is aborted
 // alone and its state freed at once.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -23,6 +24,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
+#include "text/grammar/grammar_cache.h"
 
 namespace strata::text {
 class Tokenizer;
@@ -42,6 +44,7 @@ struct ServerConfig {
   std::chrono::milliseconds idle_timeout{std::chrono::minutes(5)};
   ProtocolLimits limits;
   int prepare_threads = 2;              // threads that parse and tokenize request bodies
+  text::grammar::GrammarCacheLimits grammar_limits;  // structured outputs: the compile cache's caps
 };
 
 class Server {
@@ -89,6 +92,8 @@ class Server {
   void begin_shutdown(std::chrono::milliseconds grace);
   void maybe_finish_shutdown();
   std::string models_body(const std::string* only) const;
+  // The grammar cache, built the first time a request needs it (its vocabularies take a moment): worker threads.
+  text::grammar::GrammarCache& grammars();
 
   const model::Model& model_;
   const text::Tokenizer& tokenizer_;
@@ -99,6 +104,9 @@ class Server {
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<engine::AsyncEngine> engine_;
   std::unique_ptr<WorkerPool> workers_;
+  std::once_flag grammars_once_;
+  std::unique_ptr<text::grammar::GrammarCache> grammars_;
+  std::atomic<bool> grammars_ready_{false};  // grammars_ is built (the I/O thread reads its stats for /metrics)
 
   // Engine thread only: this step's events, handed to the I/O thread together once the step's callbacks ran.
   struct StepEvent {

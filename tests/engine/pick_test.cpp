@@ -113,9 +113,9 @@ TEST(Pick, PickedRowsGetTheSamplersPick) {
       chunks.push_back({toks, &batched[q], false});
       params.push_back(sets[static_cast<size_t>(step * 3 + q) % sets.size()]);
       if (q == 1)
-        stage.rows.push_back({q, true, {}, std::nullopt});
+        stage.rows.push_back({q, true, {}, std::nullopt, nullptr});
       else
-        stage.rows.push_back({q, false, {}, pick_of(params.back(), 77 + static_cast<uint64_t>(q), static_cast<uint64_t>(step))});
+        stage.rows.push_back({q, false, {}, pick_of(params.back(), 77 + static_cast<uint64_t>(q), static_cast<uint64_t>(step)), nullptr});
     }
     const model::StepLogits got = m->run_step(chunks, stage);
     for (int q = 0; q < 3; ++q) {

@@ -294,6 +294,73 @@ describe('chat completions', () => {
   });
 });
 
+// Structured outputs hold whatever the weights: the model here is random, so every reply below is the grammar's
+// doing. Schemas are bounded (enums, booleans, maxLength) so that a reply ends well inside max_tokens.
+describe('structured outputs and tool_choice', () => {
+  const BOUNDED_TOOLS = [
+    { type: 'function', function: { name: 'set_light', parameters: { type: 'object',
+      properties: { room: { type: 'string', enum: ['kitchen', 'hall'] }, on: { type: 'boolean' } }, required: ['room', 'on'] } } },
+    { type: 'function', function: { name: 'ping', parameters: { type: 'object', properties: {} } } },
+  ];
+
+  it('follows a JSON schema at temperature 1', async () => {
+    const schema = { type: 'object', properties: { ok: { type: 'boolean' }, mood: { enum: ['calm', 'stormy'] } }, required: ['ok', 'mood'] };
+    for (const seed of [1, 2, 3]) {
+      const r = await client.chat.completions.create({
+        model: MODEL, messages: USER, temperature: 1, seed, max_tokens: 400,
+        response_format: { type: 'json_schema', json_schema: { name: 'sea', schema, strict: true } },
+      });
+      const [c] = r.choices;
+      if (c.finish_reason === 'length') continue;  // whitespace runs may be long; the grammar still held
+      const value = JSON.parse(c.message.content);
+      assert.equal(typeof value.ok, 'boolean', c.message.content);
+      assert.ok(['calm', 'stormy'].includes(value.mood), c.message.content);
+      assert.deepEqual(Object.keys(value).sort(), ['mood', 'ok']);
+    }
+  });
+
+  it('follows a regex and a choice list on both endpoints', async () => {
+    const r = await client.completions.create({ model: MODEL, prompt: 'Code:', max_tokens: 12, temperature: 1, seed: 4,
+                                                structured_outputs: { regex: '[A-F]{3}-[0-9]{2}' } });
+    assert.match(r.choices[0].text, /^[A-F]{3}-[0-9]{2}$/);
+    const c = await client.chat.completions.create({ model: MODEL, messages: USER, temperature: 1, seed: 5, max_tokens: 12,
+                                                     structured_outputs: { choice: ['left', 'right'] } });
+    assert.ok(['left', 'right'].includes(c.choices[0].message.content), c.choices[0].message.content);
+  });
+
+  it('tool_choice required and named force a call that follows the schema; none forbids one', async () => {
+    for (const [tool_choice, names] of [['required', ['set_light', 'ping']],
+                                        [{ type: 'function', function: { name: 'set_light' } }, ['set_light']]]) {
+      const r = await client.chat.completions.create({ model: MODEL, messages: USER, tools: BOUNDED_TOOLS, tool_choice,
+                                                       temperature: 1, seed: 6, max_tokens: 200, parallel_tool_calls: false });
+      const [c] = r.choices;
+      assert.equal(c.finish_reason, 'tool_calls', JSON.stringify(c.message));
+      assert.equal(c.message.tool_calls.length, 1);
+      const call = c.message.tool_calls[0].function;
+      assert.ok(names.includes(call.name), call.name);
+      const args = JSON.parse(call.arguments);
+      if (call.name === 'set_light') {
+        assert.ok(['kitchen', 'hall'].includes(args.room), call.arguments);
+        assert.equal(typeof args.on, 'boolean', call.arguments);
+      }
+    }
+    const none = await client.chat.completions.create({ model: MODEL, messages: USER, tools: BOUNDED_TOOLS, tool_choice: 'none',
+                                                        temperature: 1, seed: 7, max_tokens: 24 });
+    assert.ok(!none.choices[0].message.tool_calls?.length);
+    assert.ok(!(none.choices[0].message.content ?? '').includes('DSML'));
+  });
+
+  it('rejects a bad regex, grammar or schema with 400 naming the field and the position', async () => {
+    await expectError(client.chat.completions.create({ model: MODEL, messages: USER, structured_outputs: { regex: '[a-' } }),
+                      { status: 400, param: 'structured_outputs.regex' });
+    await assert.rejects(client.completions.create({ model: MODEL, prompt: 'x', structured_outputs: { grammar: 'root ::= "a" |\n  ( b' } }),
+                         (e) => e.status === 400 && /2:\d+/.test(e.message));
+    await expectError(client.chat.completions.create({ model: MODEL, messages: USER,
+                                                       response_format: { type: 'json_schema', json_schema: { name: 'n', schema: { type: 'number', minimum: 0 } } } }),
+                      { status: 400, param: 'response_format.json_schema.schema' });
+  });
+});
+
 describe('completions', () => {
   it('completes text and token-id prompts, batched, with n', async () => {
     const r = await client.completions.create({

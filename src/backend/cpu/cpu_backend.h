@@ -44,11 +44,14 @@ class CpuBackend {
       std::copy(x.row(rows[i]), x.row(rows[i]) + x.cols, m.row(static_cast<int64_t>(i)));
     return m;
   }
-  // The sampling stage's processors and picks on the listed rows (backend/cpu/sampling.h has their meaning).
+  // The sampling stage's processors, masks and picks on the listed rows (backend/cpu/sampling.h has their meaning).
   void apply_penalties(Mat& x, const std::vector<int64_t>& rows,
                        const std::vector<const model::RowPenalties*>& penalties) const {
     for (size_t i = 0; i < rows.size(); ++i)
       cpu::apply_penalties({x.row(rows[i]), static_cast<size_t>(x.cols)}, *penalties[i]);
+  }
+  void mask_rows(Mat& x, const std::vector<int64_t>& rows, const std::vector<const model::TokenMask*>& masks) const {
+    for (size_t i = 0; i < rows.size(); ++i) cpu::apply_mask({x.row(rows[i]), static_cast<size_t>(x.cols)}, *masks[i]);
   }
   std::vector<int32_t> pick_rows(const Mat& x, const std::vector<int64_t>& rows,
                                  const std::vector<model::TokenPick>& picks) const {

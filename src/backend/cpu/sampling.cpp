@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -72,6 +73,20 @@ void apply_penalties(std::span<float> logits, const model::RowPenalties& p) {
       l = l > 0 ? l / p.repetition : l * p.repetition;
     }
   for (const auto& [id, amount] : p.subtract) logits[static_cast<size_t>(id)] -= amount;
+}
+
+void apply_mask(std::span<float> logits, const model::TokenMask& allowed) {
+  constexpr float kNever = -std::numeric_limits<float>::infinity();
+  const size_t covered = std::min(logits.size(), allowed.size() * 32);
+  // A word at a time: grammar masks are mostly all-clear or all-set words, which cost one test each.
+  for (size_t w = 0; w * 32 < covered; ++w) {
+    const uint32_t word = allowed[w];
+    if (word == ~0u && (w + 1) * 32 <= covered) continue;
+    const size_t end = std::min(covered, (w + 1) * 32);
+    for (size_t id = w * 32; id < end; ++id)
+      if (!((word >> (id % 32)) & 1u)) logits[id] = kNever;
+  }
+  for (size_t id = covered; id < logits.size(); ++id) logits[id] = kNever;
 }
 
 // The first maximum when greedy, else the draw `uniform` ∈ [0, 1) over the filtered, tempered distribution.

@@ -1,6 +1,6 @@
 #pragma once
 // The sampling stage's ops on the CPU, the readable reference of what every backend does to a logits row
-// (model/logits_stage.h): the logit processors (penalties) and the pick. The engine's host sampler
+// (model/logits_stage.h): the logit processors (penalties), the allowed-token mask and the pick. The engine's host sampler
 // (engine/sampler.h) is built from the same two functions, so a pick made on any backend is the token the host
 // would have chosen.
 #include <cstdint>
@@ -12,6 +12,9 @@ namespace strata::cpu {
 
 // The penalties applied to `logits` in place (repetition over `seen`, then the subtracted amounts).
 void apply_penalties(std::span<float> logits, const model::RowPenalties& penalties);
+
+// Every token `allowed` does not allow gets -inf (model::TokenMask's layout; ids past its last word included).
+void apply_mask(std::span<float> logits, const model::TokenMask& allowed);
 
 // The token `pick` chooses from `logits` (model::TokenPick says how).
 int32_t pick_token(std::span<const float> logits, const model::TokenPick& pick);

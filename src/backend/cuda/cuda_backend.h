@@ -144,6 +144,9 @@ class CudaBackend {
   // The sampling stage's logit processors, applied to the listed rows in place (sampling.cu).
   void apply_penalties(Tensor& x, const std::vector<int64_t>& rows,
                        const std::vector<const model::RowPenalties*>& penalties);
+  // The allowed-token masks of the listed rows: their words go up in one copy with the row ids, and a kernel sets
+  // every token a mask does not allow to -inf (sampling.cu).
+  void mask_rows(Tensor& x, const std::vector<int64_t>& rows, const std::vector<const model::TokenMask*>& masks);
   // The listed rows' picks made on the device, only the ids coming home: greedy rows by their argmax, random ones
   // by sampling.cu's kernel; a row that kernel leaves to the host comes home and is picked there by the CPU
   // backend's reference op.

@@ -6,8 +6,8 @@
 // min-p), top-p cuts a shorter prefix, and the draw walks the kept set (in id order when nothing was filtered out
 // and top-p is off, else in likelihood order) to the first token whose running mass passes u · total. Each of
 // those is a search for the place in the order where a running count or mass first reaches a value, so:
-//   1. Every logit goes into one of 4096 buckets, linear in the logit over [min, max] of the row (monotone: a more
-//      likely token never lands in a later bucket). The buckets follow the logits' spread, so a bucket holds a few
+//   1. Every finite logit goes into one of 4095 buckets, linear in the logit over [min, max] of the row (monotone: a
+//      more likely token never lands in a later bucket; -inf, a masked token, has the 4096th to itself). The buckets follow the logits' spread, so a bucket holds a few
 //      hundred tokens of a 129k vocabulary and the shared-memory histograms see few collisions.
 //   2. A count histogram gives the bucket where the top-k / min-p cut falls; a mass histogram of the kept buckets
 //      gives the bucket where top-p's mass, then the draw, falls. Only that one bucket is then gathered into
@@ -86,12 +86,15 @@ __device__ inline bool passes_min_p(float logit, float top, double inv_t, double
   return exp(d) >= min_p;
 }
 
+// Finite logits fill buckets 0 … kBuckets - 2; the last bucket holds only -inf (and NaN). A masked row
+// (structured outputs) has a crowd of -inf logits of probability 0: kept apart, they never share a bucket that a
+// walk must gather (which could not hold them all and would send the row to the host).
 struct Buckets {
   float top, range, scale;
   __device__ int of(float logit) const {
     const float d = top - logit;
-    if (!(d < range)) return kBuckets - 1;  // the minimum, -inf (and NaN)
-    return min(kBuckets - 1, static_cast<int>(d * scale));
+    if (!(d <= range)) return kBuckets - 1;  // -inf (and NaN)
+    return min(kBuckets - 2, static_cast<int>(d * scale));
   }
 };
 
@@ -256,7 +259,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* __re
   bottom = block_max(bottom, s, false);
   if (!isfinite(top)) return answer(kPickOnHost);
   const float range = top - bottom > 0 ? top - bottom : 1.0f;
-  const Buckets buckets{top, range, static_cast<float>(kBuckets - 1) / range};
+  const Buckets buckets{top, range, static_cast<float>(kBuckets - 2) / range};
 
   // 2. Counts per bucket, and how many tokens pass min_p: where the kept prefix (top-k, then min-p) ends.
   for (int b = threadIdx.x; b < kBuckets; b += kThreads) s.hist.count[b] = 0;
@@ -411,7 +414,25 @@ __global__ void penalty_kernel(float* __restrict__ logits, int64_t cols, const P
     l -= e.value;
 }
 
+// One thread a logit, consecutive threads on consecutive columns (coalesced), each reading its 32-bit word.
+__global__ void mask_kernel(float* __restrict__ logits, int64_t cols, const int32_t* __restrict__ rows,
+                            const uint32_t* __restrict__ words, int64_t n_words) {
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (col >= cols) return;
+  const uint32_t word = col / 32 < n_words ? words[static_cast<int64_t>(blockIdx.y) * n_words + col / 32] : 0u;
+  if (!((word >> (col % 32)) & 1u)) logits[static_cast<int64_t>(rows[blockIdx.y]) * cols + col] = -INFINITY;
+}
+
 }  // namespace
+
+void mask_rows(float* x, int64_t cols, const int32_t* rows, const uint32_t* words, int64_t n_words, int64_t count,
+               cudaStream_t stream) {
+  if (count == 0) return;
+  constexpr int kMaskThreads = 256;
+  const dim3 grid(static_cast<unsigned>((cols + kMaskThreads - 1) / kMaskThreads), static_cast<unsigned>(count));
+  mask_kernel<<<grid, kMaskThreads, 0, stream>>>(x, cols, rows, words, n_words);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
 
 void apply_penalties(float* x, int64_t cols, const PenaltyEntry* repetition, int64_t n_repetition,
                      const PenaltyEntry* subtract, int64_t n_subtract, cudaStream_t stream) {

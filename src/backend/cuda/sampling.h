@@ -37,4 +37,9 @@ struct PenaltyEntry {
 void apply_penalties(float* x, int64_t cols, const PenaltyEntry* repetition, int64_t n_repetition,
                      const PenaltyEntry* subtract, int64_t n_subtract, cudaStream_t stream);
 
+// Sets x[rows[i], id] = -inf for every id whose bit is clear in words[i · n_words …] (model::TokenMask's layout:
+// bit id % 32 of word id / 32), for i < count (device arrays).
+void mask_rows(float* x, int64_t cols, const int32_t* rows, const uint32_t* words, int64_t n_words, int64_t count,
+               cudaStream_t stream);
+
 }  // namespace strata::cuda

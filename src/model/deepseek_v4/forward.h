@@ -84,16 +84,22 @@ class Forward {
     }
 
     // The sampling stage, where the logits are: the raw rows asked for go home first, then the logit processors
-    // change their rows in place, then the picks are made; only ids come home for those.
+    // change their rows in place, then the allowed-token masks set the rest of their rows to -inf, then the picks
+    // are made; only ids come home for those.
     StepLogits out;
-    std::vector<int64_t> raw_rows, penalised_rows, pick_rows;
+    std::vector<int64_t> raw_rows, penalised_rows, masked_rows, pick_rows;
     std::vector<const RowPenalties*> penalties;
+    std::vector<const TokenMask*> masks;
     std::vector<TokenPick> picks;
     for (const LogitsRowRequest& r : stage.rows) {
       if (r.raw_home) raw_rows.push_back(r.row);
       if (!r.penalties.empty()) {
         penalised_rows.push_back(r.row);
         penalties.push_back(&r.penalties);
+      }
+      if (r.allowed) {
+        masked_rows.push_back(r.row);
+        masks.push_back(r.allowed.get());
       }
       if (r.pick) {
         pick_rows.push_back(r.row);
@@ -102,6 +108,7 @@ class Forward {
     }
     out.raw = b_.rows_to_host(logits, raw_rows);
     b_.apply_penalties(logits, penalised_rows, penalties);
+    b_.mask_rows(logits, masked_rows, masks);
     const std::vector<int32_t> picked = b_.pick_rows(logits, pick_rows, picks);
     b_.end_step(step);
     out.picks.assign(stage.rows.size(), -1);

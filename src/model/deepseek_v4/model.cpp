@@ -62,7 +62,7 @@ void check_stage(const LogitsStage& stage, int64_t logits_rows, int64_t vocab) {
 
 LogitsStage all_rows_home(int64_t logits_rows) {
   LogitsStage stage;
-  for (int64_t r = 0; r < logits_rows; ++r) stage.rows.push_back({r, true, {}, std::nullopt});
+  for (int64_t r = 0; r < logits_rows; ++r) stage.rows.push_back({r, true, {}, std::nullopt, nullptr});
   return stage;
 }
 

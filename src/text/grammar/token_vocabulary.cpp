@@ -37,14 +37,22 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes, std::vector<boo
   }
 }
 
-TokenVocabulary TokenVocabulary::from_tokenizer(const Tokenizer& tokenizer) {
+TokenVocabulary TokenVocabulary::from_tokenizer(const Tokenizer& tokenizer, const std::vector<std::string_view>& markup) {
   const int32_t n = tokenizer.vocab_size();
   std::vector<std::string> bytes(static_cast<size_t>(n));
   std::vector<bool> excluded(static_cast<size_t>(n), false);
   for (int32_t id = 0; id < n; ++id) bytes[static_cast<size_t>(id)] = std::string(tokenizer.token_bytes(id, false));
+  std::vector<bool> found(markup.size(), false);
   for (const AddedToken& added : tokenizer.added_tokens()) {
+    const auto named = std::find(markup.begin(), markup.end(), added.content);
+    if (named != markup.end()) {
+      found[static_cast<size_t>(named - markup.begin())] = true;
+      continue;
+    }
     if (added.id >= 0 && added.id < n) excluded[static_cast<size_t>(added.id)] = true;
   }
+  for (size_t i = 0; i < markup.size(); ++i)
+    if (!found[i]) fail("token vocabulary: \"", markup[i], "\" is not an added token of the tokenizer");
   return TokenVocabulary(std::move(bytes), std::move(excluded), tokenizer.eos_id());
 }
 

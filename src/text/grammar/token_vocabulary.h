@@ -20,8 +20,10 @@ class TokenVocabulary {
   // bytes[id] is token id's text; ids with excluded[id] (or empty bytes) are never allowed by a mask, except eos,
   // which is allowed exactly when the grammar can end.
   TokenVocabulary(std::vector<std::string> bytes, std::vector<bool> excluded, std::optional<int32_t> eos_id);
-  // Every added token (special or not) excluded; eos from the tokenizer's config.
-  static TokenVocabulary from_tokenizer(const Tokenizer& tokenizer);
+  // Every added token (special or not) excluded, except those spelled as one of `markup`: control tokens a grammar
+  // may name (the DSML token of tool calls), matched by their bytes like any token; eos from the tokenizer's config.
+  // A `markup` spelling that is not an added token of the tokenizer is an error.
+  static TokenVocabulary from_tokenizer(const Tokenizer& tokenizer, const std::vector<std::string_view>& markup = {});
 
   int32_t size() const { return static_cast<int32_t>(bytes_.size()); }
   // 32-bit words in a mask: ceil(size / 32).

@@ -1,0 +1,75 @@
+#include "engine/output_constraint.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace strata::engine {
+
+namespace {
+
+void clear_bit(model::TokenMask& mask, int32_t id) {
+  const auto word = static_cast<size_t>(id) / 32;
+  if (word < mask.size()) mask[word] &= ~(1u << (id % 32));
+}
+
+}  // namespace
+
+void OutputConstraint::validate(int64_t vocab_size) const {
+  if (!grammar && banned.empty()) fail("output constraint: neither a grammar nor banned tokens");
+  if (starts_after && (*starts_after < 0 || *starts_after >= vocab_size))
+    fail("output constraint: the token that starts the grammar, ", *starts_after, ", is outside the vocabulary [0, ",
+         vocab_size, ")");
+  for (int32_t id : banned)
+    if (id < 0 || id >= vocab_size)
+      fail("output constraint: banned token ", id, " is outside the vocabulary [0, ", vocab_size, ")");
+}
+
+ConstrainedOutput::ConstrainedOutput(std::shared_ptr<const OutputConstraint> constraint, int64_t vocab_size, int32_t eos)
+    : constraint_(std::move(constraint)),
+      vocab_size_(vocab_size),
+      words_(static_cast<size_t>((vocab_size + 31) / 32)),
+      eos_(eos),
+      active_(!constraint_->starts_after) {
+  if (constraint_->grammar) matcher_.emplace(constraint_->grammar);
+  if (!constraint_->banned.empty()) {
+    auto free = std::make_shared<model::TokenMask>(words_, ~0u);
+    if (vocab_size_ % 32) free->back() = (1u << (vocab_size_ % 32)) - 1;
+    for (int32_t id : constraint_->banned) clear_bit(*free, id);
+    free_mask_ = std::move(free);
+  }
+}
+
+std::shared_ptr<model::TokenMask> ConstrainedOutput::writable_buffer() {
+  // A step that still holds the last mask keeps it; otherwise its words are overwritten in place.
+  if (!buffer_ || buffer_.use_count() > 1) buffer_ = std::make_shared<model::TokenMask>();
+  return buffer_;
+}
+
+std::shared_ptr<const model::TokenMask> ConstrainedOutput::next_mask() {
+  if (!active_ || !matcher_) return free_mask_;
+  std::shared_ptr<model::TokenMask> mask = writable_buffer();
+  mask->assign(std::max(words_, constraint_->grammar->vocabulary().mask_words()), 0u);
+  matcher_->fill_mask(mask->data());
+  for (int32_t id : constraint_->banned) clear_bit(*mask, id);
+  // A grammar that cannot go on (its next bytes are in no token) ends the output rather than picking from nothing.
+  if (std::all_of(mask->begin(), mask->end(), [](uint32_t w) { return w == 0; }))
+    (*mask)[static_cast<size_t>(eos_) / 32] |= 1u << (eos_ % 32);
+  ++masks_built_;
+  return mask;
+}
+
+bool ConstrainedOutput::accept(int32_t token) {
+  if (std::find(constraint_->banned.begin(), constraint_->banned.end(), token) != constraint_->banned.end())
+    return false;
+  if (!active_) {
+    if (constraint_->starts_after && token == *constraint_->starts_after) active_ = true;
+    return true;
+  }
+  if (!matcher_) return true;
+  if (matcher_->accept_token(token)) return true;
+  // The forced end of a grammar that could not go on (next_mask) is not a grammar token: it ends the output.
+  return token == eos_;
+}
+
+}  // namespace strata::engine
