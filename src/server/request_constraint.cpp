@@ -58,8 +58,11 @@ std::shared_ptr<const engine::OutputConstraint> request_constraint(const Complet
                                                  " cannot both hold; leave one out"));
     // tool_choice "none" with tools declared: the model was shown them, so the markup is banned outright.
     if (o.tool_choice == text::ToolChoice::kNone && !o.tool_names.empty() && dsml) c->banned.push_back(*dsml);
-    if (!o.tool_names.empty() && o.tool_choice != text::ToolChoice::kNone && !r.grammar) {
-      if (!dsml) throw RequestError(400, "tools", "tools: the tokenizer has no DSML token, so tool calls cannot be constrained");
+    // A tokenizer without the DSML token (not a V4 one) cannot spell the markup as the model does: "auto" stays
+    // free there, and a forced call is refused.
+    if (forced && !dsml)
+      throw RequestError(400, "tool_choice", "tool_choice: the tokenizer has no DSML token, so a tool call cannot be forced");
+    if (!o.tool_names.empty() && o.tool_choice != text::ToolChoice::kNone && !r.grammar && dsml) {
       text::ToolCallGrammarOptions options;
       options.choice = o.tool_choice == text::ToolChoice::kAuto       ? text::ToolCallGrammarOptions::kAuto
                        : o.tool_choice == text::ToolChoice::kRequired ? text::ToolCallGrammarOptions::kRequired

@@ -283,3 +283,66 @@ TEST(OpenaiProtocol, ResponseIds) {
 
 }  // namespace
 }  // namespace strata::server
+
+namespace strata::server {
+namespace {
+
+using text::grammar::SourceKind;
+
+// Structured outputs: structured_outputs (both endpoints) and response_format (chat) become the request's grammar,
+// named by the field it came from; the shape of each is checked here, its content by the grammar cache.
+TEST(OpenaiProtocol, StructuredOutputsAndResponseFormatBecomeTheGrammar) {
+  CompletionRequest r = parse(Endpoint::kCompletions, completion({{"structured_outputs", {{"regex", "[a-z]+"}}}}));
+  ASSERT_TRUE(r.grammar);
+  EXPECT_EQ(r.grammar->kind, SourceKind::kRegex);
+  EXPECT_EQ(r.grammar->source, "[a-z]+");
+  EXPECT_EQ(r.grammar->param, "structured_outputs.regex");
+  r = parse(Endpoint::kChatCompletions, chat({{"structured_outputs", {{"json", {{"type", "integer"}}}}}}));
+  EXPECT_EQ(r.grammar->kind, SourceKind::kJsonSchema);
+  EXPECT_EQ(json::parse(r.grammar->source), json({{"type", "integer"}}));
+  r = parse(Endpoint::kChatCompletions, chat({{"structured_outputs", {{"json", "{\"type\": \"string\"}"}}}}));
+  EXPECT_EQ(r.grammar->source, "{\"type\": \"string\"}") << "a schema given as JSON text";
+  r = parse(Endpoint::kChatCompletions, chat({{"structured_outputs", {{"choice", {"a", "b"}}, {"regex", nullptr}}}}));
+  EXPECT_EQ(r.grammar->kind, SourceKind::kChoice);
+  r = parse(Endpoint::kChatCompletions, chat({{"structured_outputs", {{"grammar", "root ::= \"x\""}}}}));
+  EXPECT_EQ(r.grammar->kind, SourceKind::kEbnf);
+  r = parse(Endpoint::kChatCompletions, chat({{"response_format", {{"type", "json_object"}}}}));
+  EXPECT_EQ(r.grammar->kind, SourceKind::kJsonObject);
+  r = parse(Endpoint::kChatCompletions,
+            chat({{"response_format",
+                   {{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"strict", false}, {"schema", {{"type", "object"}}}}}}}}));
+  EXPECT_EQ(r.grammar->kind, SourceKind::kJsonSchema);
+  EXPECT_EQ(r.grammar->param, "response_format.json_schema.schema");
+  EXPECT_FALSE(parse(Endpoint::kChatCompletions, chat({{"response_format", {{"type", "text"}}}})).grammar);
+  EXPECT_FALSE(parse(Endpoint::kChatCompletions, chat()).grammar);
+}
+
+TEST(OpenaiProtocol, BadStructuredOutputsNameTheField) {
+  struct Case {
+    json extra;
+    std::string param, words;
+  };
+  const std::vector<Case> cases = {
+      {{{"structured_outputs", "x"}}, "structured_outputs", "expected an object"},
+      {{{"structured_outputs", json::object()}}, "structured_outputs", "expected one of"},
+      {{{"structured_outputs", {{"regex", "a"}, {"grammar", "b"}}}}, "structured_outputs", "give one of"},
+      {{{"structured_outputs", {{"regex", 3}}}}, "structured_outputs.regex", "expected a string"},
+      {{{"structured_outputs", {{"json", 3}}}}, "structured_outputs.json", "JSON Schema"},
+      {{{"structured_outputs", {{"choice", json::array()}}}}, "structured_outputs.choice", "non-empty"},
+      {{{"structured_outputs", {{"choice", {"a", 1}}}}}, "structured_outputs.choice[1]", "expected a string"},
+      {{{"structured_outputs", {{"structural_tag", "x"}}}}, "structured_outputs.structural_tag", "unknown parameter"},
+      {{{"structured_outputs", {{"regex", "a"}}}, {"response_format", {{"type", "json_object"}}}}, "response_format",
+       "not both"},
+      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", json::object()}, {"strict", "yes"}}}}}},
+       "response_format.json_schema.strict", "true or false"},
+  };
+  for (const Case& c : cases) {
+    const Rejection r = reject(Endpoint::kChatCompletions, chat(c.extra).dump());
+    EXPECT_EQ(r.status, 400) << c.extra.dump();
+    EXPECT_EQ(r.param, c.param) << c.extra.dump() << ": " << r.message;
+    EXPECT_NE(r.message.find(c.words), std::string::npos) << r.message;
+  }
+}
+
+}  // namespace
+}  // namespace strata::server
