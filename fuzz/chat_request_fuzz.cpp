@@ -3,7 +3,7 @@
 //   * no crash or undefined behaviour; a bad request is a strata::Error, nothing else is thrown;
 //   * an accepted request renders to pieces that are never empty, never two text pieces in a row, and whose
 //     control pieces are exactly spellings the encoder inserts.
-// fuzz-sources: src/text/*.cpp
+// fuzz-sources: src/text/*.cpp src/text/grammar/*.cpp
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
