@@ -16,7 +16,9 @@
 #include "cli/engine_options.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "bench/serve_client.h"
 #include "core/error.h"
+#include "disagg/replica_role.h"
 #include "engine/engine.h"
 #include "model/model_family.h"
 #include "model/state_pool.h"
@@ -56,6 +58,16 @@ options:
   --grammar-cache N          structured outputs: compiled grammars kept across requests (default 256)
   --grammar-compile-timeout S  a grammar, schema or regex that takes longer to compile is a 400 (default 10)
   --grammar-max-bytes N      a longer grammar, schema, regex or choice list is a 400 (default 65536)
+
+prefill/decode disaggregation (docs/disaggregation.md):
+  --role both|prefill|decode both (default): answers completions; prefill: only computes prompts for decode
+                             replicas (POST /strata/v1/prefill) and ships their state; decode: answers completions
+                             and has their prompts prefilled by a prefill replica
+  --prefill-peer URL         the prefill replica (http://HOST:PORT) for requests that name none (the router names
+                             one per request in the header X-Strata-Prefill); without either, prompts are computed
+                             here
+  --transfer-timeout S       seconds a prompt's remote prefill and state transfer may take; past it, or on any
+                             failure, the prompt is computed here and the client sees no error (default 60)
 )";
 constexpr const char* kHelpTail = R"(
 Endpoints: POST /v1/chat/completions, POST /v1/completions (stream or not), GET /v1/models, GET /health,
@@ -73,7 +85,8 @@ int serve_command(const std::vector<std::string>& argv) {
   const Args args(argv,
                   with_cache_options({"model", "host", "port", "device", "precision", "cuda-graphs", "api-key", "served-model-name", "max-model-len", "state-memory",
                    "max-num-seqs", "max-num-batched-tokens", "max-body-bytes", "max-n", "shutdown-grace", "idle-timeout",
-                   "cache-scope", "grammar-cache", "grammar-compile-timeout", "grammar-max-bytes"}),
+                   "cache-scope", "grammar-cache", "grammar-compile-timeout", "grammar-max-bytes", "role",
+                   "prefill-peer", "transfer-timeout"}),
                   {"help", "cuda-op-times"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
@@ -96,6 +109,18 @@ int serve_command(const std::vector<std::string>& argv) {
   const double grammar_timeout_s = args.number("grammar-compile-timeout", 10.0);
   if (!(grammar_timeout_s > 0))
     fail("option --grammar-compile-timeout: expected seconds > 0, found ", grammar_timeout_s);
+  const disagg::Role role = disagg::parse_role(args.str("role", "both"));
+  const std::string prefill_peer = args.str("prefill-peer", "");
+  if (!prefill_peer.empty()) {
+    if (role == disagg::Role::Prefill) fail("option --prefill-peer: a replica with --role prefill has no prefill peer");
+    try {
+      bench::parse_server_url(prefill_peer);
+    } catch (const Error& e) {
+      fail("option --prefill-peer: ", e.what());
+    }
+  }
+  const double transfer_timeout_s = args.number("transfer-timeout", 60.0);
+  if (!(transfer_timeout_s > 0)) fail("option --transfer-timeout: expected seconds > 0, found ", transfer_timeout_s);
   const std::string dir = model_dir_or_default(args);  // after the options: a bad flag is named before the model
 
   // Block the shutdown signals before any thread starts, so every thread inherits the mask and only the
@@ -139,15 +164,20 @@ int serve_command(const std::vector<std::string>& argv) {
   sc.grammar_limits.max_entries = static_cast<size_t>(grammar_entries);
   sc.grammar_limits.max_source_bytes = static_cast<size_t>(grammar_bytes);
   sc.grammar_limits.max_compile_time = std::chrono::milliseconds(static_cast<int64_t>(grammar_timeout_s * 1000));
+  sc.role = role;
+  sc.prefill_peer = prefill_peer;
+  sc.transfer_timeout = std::chrono::milliseconds(static_cast<int64_t>(transfer_timeout_s * 1000));
 
   server::Server server(model, tokenizer, ec, sc);
   server.start();
   std::fprintf(stderr,
                "strata serve: listening on http://%s:%u — model '%s', max_model_len %lld, %lld sequence slots, %lld "
-               "token blocks%s\n",
+               "token blocks, role %s%s\n",
                sc.host.c_str(), static_cast<unsigned>(server.port()), sc.served_model_name.c_str(),
                static_cast<long long>(ec.max_model_len), static_cast<long long>(ec.pool.max_sequences),
-               static_cast<long long>(ec.pool.blocks), sc.api_keys.empty() ? "" : ", API key required");
+               static_cast<long long>(ec.pool.blocks), disagg::to_string(sc.role),
+               sc.api_keys.empty() ? "" : ", API key required");
+  if (!sc.prefill_peer.empty()) std::fprintf(stderr, "strata serve: prompts prefilled on %s\n", sc.prefill_peer.c_str());
   if (ec.cache) {
     const cache::StoreConfig& store = ec.cache->config().store;
     std::fprintf(stderr, "strata serve: prefix cache on — %lld MiB of host memory%s%s\n",

@@ -12,13 +12,13 @@ AsyncEngine::AsyncEngine(const model::Model& model, EngineConfig config, std::fu
 AsyncEngine::~AsyncEngine() { shutdown(false); }
 
 void AsyncEngine::submit(const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params,
-                         Callback on_event, const CacheOptions& cache) {
+                         Callback on_event, const CacheOptions& cache, const StateHandoff& handoff) {
   engine_.validate_request(prompt, params);
   std::lock_guard lock(mu_);
   if (!accepting_) fail("the server is shutting down");
   if (requests_.count(request_id)) fail("request id '", request_id, "' is already in flight");
   requests_.emplace(request_id, Pending{std::move(on_event), params.n});
-  submissions_.push_back({request_id, std::move(prompt), params, cache});
+  submissions_.push_back({request_id, std::move(prompt), params, cache, handoff});
   wake_.notify_one();
 }
 
@@ -62,7 +62,7 @@ void AsyncEngine::loop() {
       stop = stopping_;
       drain = drain_;
     }
-    for (Submission& s : subs) engine_.add_request(s.id, std::move(s.prompt), s.params, s.cache);  // validated in submit()
+    for (Submission& s : subs) engine_.add_request(s.id, std::move(s.prompt), s.params, s.cache, s.handoff);  // validated in submit()
     for (const std::string& id : aborts) engine_.abort(id);
     if (stop && !drain) {
       std::vector<std::string> all;

@@ -29,7 +29,7 @@ class AsyncEngine {
   // Validates now (throws strata::Error naming the problem, or if the id is in flight or the engine is shutting
   // down), then queues. Every sequence of the request ends with a finished event.
   void submit(const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params,
-              Callback on_event, const CacheOptions& cache = {});
+              Callback on_event, const CacheOptions& cache = {}, const StateHandoff& handoff = {});
   // Aborts a request wherever it is (no-op if unknown or done). Its sequences end with reason "abort".
   void abort(const std::string& request_id);
 
@@ -46,6 +46,7 @@ class AsyncEngine {
     std::vector<int32_t> prompt;
     SamplingParams params;
     CacheOptions cache;
+    StateHandoff handoff;
   };
   void loop();
 

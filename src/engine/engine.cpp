@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <random>
 
 #include "core/error.h"
@@ -15,9 +16,52 @@ Engine::Engine(const model::Model& model, EngineConfig config)
       scheduler_(config.scheduler, pool_),
       runner_(model, pool_, config.observe) {
   if (cfg_.max_model_len < 1) fail("max_model_len must be ≥ 1, got ", cfg_.max_model_len);
-  if (cfg_.cache)
-    scheduler_.set_prefix_hooks({[this](Sequence& s, model::SequenceState& st) { return cache_restore(s, st); },
-                                 [this](const Sequence& s, int64_t start) { return cache_chunk_end(s, start); }});
+  PrefixHooks hooks;
+  hooks.restore = [this](Sequence& s, model::SequenceState& st) { return restore_on_admission(s, st); };
+  if (cfg_.cache) hooks.chunk_end = [this](const Sequence& s, int64_t start) { return cache_chunk_end(s, start); };
+  scheduler_.set_prefix_hooks(std::move(hooks));
+}
+
+int64_t Engine::restore_on_admission(Sequence& s, model::SequenceState& state) {
+  if (s.handoff.imported)
+    if (const int64_t n = import_state(s, state); n > 0) return n;
+  return cfg_.cache ? cache_restore(s, state) : 0;
+}
+
+int64_t Engine::import_state(Sequence& s, model::SequenceState& state) {
+  // No room for it now: not a reason to give it up. The sequence waits like any other that lacks blocks (or starts
+  // computing, if a first chunk fits), and tries again at its next admission.
+  if (pool_.free_blocks() < pool_.blocks_for_tokens(static_cast<int64_t>(s.prompt.size()))) return 0;
+  try {
+    model_.restore(*s.handoff.imported, state);
+    // The last prompt token is computed here: its logits pick the first token.
+    if (state.num_tokens < 1 || state.num_tokens >= static_cast<int64_t>(s.prompt.size()))
+      fail("an imported state of ", state.num_tokens, " tokens for a prompt of ", s.prompt.size());
+  } catch (const std::exception& e) {
+    state.reset();
+    s.handoff.imported.reset();  // computed here from now on
+    ++totals_.import_failures;
+    std::fprintf(stderr, "strata: request %s: the imported state cannot be used (%s); computing its prompt here\n",
+                 s.request_id.c_str(), e.what());
+    return 0;
+  }
+  ++totals_.imported_states;
+  s.imported = true;
+  if (s.cache && s.output.empty()) s.cache->cached_tokens = s.handoff.imported_cached_tokens;
+  return state.num_tokens;
+}
+
+void Engine::export_state(Sequence& s, std::vector<TokenEvent>& events) {
+  TokenEvent e{s.request_id, s.index, std::nullopt, 0, {}, false, FinishReason::None, {}, {}};
+  e.state = std::make_shared<const std::string>(model_.snapshot(pool_.slot(s.slot)));
+  ++totals_.exported_states;
+  totals_.exported_state_bytes += static_cast<int64_t>(e.state->size());
+  if (s.cache) {
+    e.cached_tokens = s.cache->cached_tokens;
+    cfg_.cache->count_miss(static_cast<int64_t>(s.prompt.size()) - e.cached_tokens);
+  }
+  events.push_back(std::move(e));
+  finish(s, FinishReason::Stop, events, true);
 }
 
 void Engine::validate_request(const std::vector<int32_t>& prompt, const SamplingParams& params) const {
@@ -38,8 +82,10 @@ void Engine::validate_request(const std::vector<int32_t>& prompt, const Sampling
 }
 
 void Engine::add_request(const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params,
-                         const CacheOptions& cache) {
+                         const CacheOptions& cache, const StateHandoff& handoff) {
   validate_request(prompt, params);
+  if (handoff.export_state && handoff.imported) fail("a state handoff either exports or imports, not both");
+  if (handoff.export_state && params.n != 1) fail("a state export is one sequence (n = 1), got n = ", params.n);
   for (const auto& [id, s] : sequences_)
     if (s->request_id == request_id) fail("request id '", request_id, "' is already in flight");
 
@@ -68,6 +114,7 @@ void Engine::add_request(const std::string& request_id, std::vector<int32_t> pro
     s->history.add_prompt(s->prompt);
     if (params.constraint) s->constrained = std::make_unique<ConstrainedOutput>(params.constraint, vocab, eos);
     s->arrival = std::chrono::steady_clock::now();
+    s->handoff = handoff;
     if (cached) {
       s->cache.emplace();
       s->cache->salt = salt;
@@ -170,16 +217,23 @@ std::vector<TokenEvent> Engine::step() {
         s.captured_rows = pos + 1;
       }
     }
-    if (!span.samples) continue;
+    if (!span.samples) {
+      if (s.handoff.export_state && span.end() == static_cast<int64_t>(s.prompt.size())) export_state(s, events);
+      continue;
+    }
     const int32_t token = o.tokens.at(0);
     const bool first = s.output.empty();
+    if (first) s.handoff.imported.reset();  // a preempted sequence is recomputed (or restored from the cache)
     s.output.push_back(token);
     s.history.add_output(token);
     ++totals_.generated_tokens;
     TokenEvent e{s.request_id, s.index, token, o.logprob, std::move(o.top_logprobs), false, FinishReason::None, {}, {}};
     if (first && s.cache) {
       e.cached_tokens = s.cache->cached_tokens;
-      cfg_.cache->count_miss(static_cast<int64_t>(s.prompt.size()) - e.cached_tokens);
+      // Tokens of an imported state were not looked up here: neither hits nor misses of this cache.
+      if (!s.imported) cfg_.cache->count_miss(static_cast<int64_t>(s.prompt.size()) - e.cached_tokens);
+    } else if (first && s.imported) {
+      e.cached_tokens = s.handoff.imported_cached_tokens;
     }
     if (span.all_logits) {
       e.logits.assign(o.logits.end() - vocab, o.logits.end());

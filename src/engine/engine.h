@@ -39,8 +39,11 @@ struct TokenEvent {
   // With SamplingParams::capture_logits: the raw logits `token` was picked from, and on a sequence's first event
   // those of every prompt position ([prompt, vocab] row-major).
   std::vector<float> logits, prompt_logits;
-  // On a sequence's first event: its prompt tokens restored from the prefix cache instead of computed.
+  // On a sequence's first event: its prompt tokens restored from the prefix cache instead of computed (with an
+  // imported state: those the other engine's cache held).
   int64_t cached_tokens = 0;
+  // StateHandoff::export_state: on the finished event, the state of the whole prompt (Model::snapshot bytes).
+  std::shared_ptr<const std::string> state = nullptr;
 };
 
 struct EngineStats {
@@ -55,6 +58,10 @@ struct EngineStats {
   // before each forward (part of the engine's own cost, on the step's critical path; large batches in parallel).
   int64_t grammar_masks = 0;
   double grammar_mask_seconds = 0;
+  // Prefill/decode disaggregation: states handed out (prefill side); states restored at admission, and those that
+  // could not be (their tokens were computed here instead) (decode side).
+  int64_t exported_states = 0, imported_states = 0, import_failures = 0;
+  int64_t exported_state_bytes = 0;
 };
 
 class Engine {
@@ -65,7 +72,7 @@ class Engine {
   // parameter, an empty or out-of-vocabulary prompt, a prompt that cannot fit max_model_len or the state memory,
   // a duplicate id.
   void add_request(const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params,
-                   const CacheOptions& cache = {});
+                   const CacheOptions& cache = {}, const StateHandoff& handoff = {});
   // The checks of add_request that do not depend on what is in flight (safe from any thread).
   void validate_request(const std::vector<int32_t>& prompt, const SamplingParams& params) const;
   // Stops a request wherever it is; its sequences finish with reason "abort". False if unknown or already done.
@@ -79,6 +86,11 @@ class Engine {
   void finish(Sequence& seq, FinishReason reason, std::vector<TokenEvent>& events, bool with_token);
   // The allowed-token masks of a step's constrained sampling spans (structured outputs), before the forward.
   void build_masks(const std::vector<std::pair<ScheduledSpan*, ConstrainedOutput*>>& spans);
+  // A sequence admitted with nothing computed: the tokens put in place in `state` (an imported state, else the
+  // prefix cache's longest hit; 0: none).
+  int64_t restore_on_admission(Sequence& s, model::SequenceState& state);
+  int64_t import_state(Sequence& s, model::SequenceState& state);
+  void export_state(Sequence& s, std::vector<TokenEvent>& events);
   // The prefix cache's part of a step (engine_cache.cpp).
   int64_t cache_restore(Sequence& s, model::SequenceState& state);
   int64_t cache_chunk_end(const Sequence& s, int64_t start) const;

@@ -65,7 +65,8 @@ StepPlan Scheduler::plan_step() {
     span.start = s->num_computed;
     span.tokens.reserve(static_cast<size_t>(count));
     for (int64_t i = span.start; i < span.start + count; ++i) span.tokens.push_back(s->token_at(i));
-    span.samples = span.end() == s->num_tokens();
+    // A sequence that hands its state to another engine (prefill/decode disaggregation) samples nothing here.
+    span.samples = span.end() == s->num_tokens() && !s->handoff.export_state;
     span.all_logits = s->params.capture_logits;
     plan.spans.push_back(std::move(span));
     budget -= count;

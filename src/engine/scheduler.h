@@ -20,11 +20,13 @@ struct SchedulerConfig {
   int64_t max_num_batched_tokens = 2048;  // tokens in one step (the prefill chunk budget)
 };
 
-// How a prefix cache takes part in planning (engine.cpp sets these when it has one).
+// How restored state takes part in planning (engine.cpp sets these): a state imported from another engine, or the
+// prefix cache's.
 struct PrefixHooks {
   // When a sequence with nothing computed gets a slot: the tokens restored into the slot's state (0: none).
   std::function<int64_t(Sequence&, model::SequenceState&)> restore;
-  // Where a span that starts at `start` must end at the latest (a checkpoint the cache saves the state at).
+  // Where a span that starts at `start` must end at the latest (a checkpoint the cache saves the state at); unset:
+  // no limit.
   std::function<int64_t(const Sequence&, int64_t start)> chunk_end;
 };
 

@@ -36,6 +36,18 @@ struct SequenceCache {
   int64_t staged_blocks = 0;
 };
 
+// Prefill/decode disaggregation (disagg/): a sequence's state made by one engine and continued by another.
+struct StateHandoff {
+  // Prefill side: compute the whole prompt, then hand its state out (TokenEvent::state: Model::snapshot bytes) and
+  // finish with reason Stop, sampling nothing.
+  bool export_state = false;
+  // Decode side: the state of the prompt's first tokens, computed by another engine (Model::snapshot bytes). It is
+  // restored when the sequence is admitted, instead of computing those tokens; if it cannot be (damaged bytes,
+  // another model, more tokens than the prompt has but one), they are computed here. Dropped at the first token.
+  std::shared_ptr<const std::string> imported;
+  int64_t imported_cached_tokens = 0;  // of those tokens, what the other engine's prefix cache held (for usage)
+};
+
 enum class SequenceStatus { Waiting, Running, Finished };
 enum class FinishReason { None, Stop, Length, Abort };
 const char* to_string(FinishReason r);  // OpenAI spellings: "stop", "length", "abort"
@@ -61,6 +73,8 @@ struct Sequence {
   int64_t captured_rows = 0;
   std::optional<SequenceCache> cache;  // set when it uses the engine's prefix cache
   std::unique_ptr<ConstrainedOutput> constrained;  // set when params.constraint is (structured outputs)
+  StateHandoff handoff;
+  bool imported = false;  // its state at the first token came from handoff.imported
 
   int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }
   int32_t token_at(int64_t i) const {

@@ -208,6 +208,23 @@ std::string Metrics::render(const engine::EngineStats& stats, int64_t max_sequen
   w.histogram("strata_time_per_output_token_seconds", "Mean time between generated tokens, per choice.", tpot_);
   w.histogram("strata_e2e_request_latency_seconds", "Time from request arrival to its last token.", e2e_);
   if (cache) render_cache(w, *cache);
+  w.header("strata_pd_transfers_total", "counter",
+           "Prompt states requested from a prefill replica, by result (ok, or why it failed and the prompt was computed here).");
+  w.sample("strata_pd_transfers_total", d(transfers_ok_), "result=\"ok\"");
+  for (const auto& [kind, count] : transfers_failed_)
+    w.sample("strata_pd_transfers_total", d(count), "result=\"" + escape_label(kind) + "\"");
+  w.single("strata_pd_transfer_bytes_total", "counter", "Bytes of prompt states received from prefill replicas.",
+           d(transfer_bytes_));
+  w.single("strata_pd_transfer_seconds_total", "counter",
+           "Wall time of successful transfers, order sent to state received (the remote prefill included).",
+           transfer_seconds_);
+  w.single("strata_pd_imported_states_total", "counter", "Received states restored into a sequence at admission.",
+           d(stats.imported_states));
+  w.single("strata_pd_import_failures_total", "counter",
+           "Received states that could not be restored (their prompts were computed here).", d(stats.import_failures));
+  w.single("strata_pd_exported_states_total", "counter", "Prompt states computed here for a decode replica.",
+           d(stats.exported_states));
+  w.single("strata_pd_exported_state_bytes_total", "counter", "Bytes of those states.", d(stats.exported_state_bytes));
   if (grammars) {
     w.single("strata_grammar_cache_hits_total", "counter", "Grammar compile-cache hits.", d(grammars->hits));
     w.single("strata_grammar_cache_misses_total", "counter", "Grammars compiled (or refused) for the cache.",
@@ -217,6 +234,18 @@ std::string Metrics::render(const engine::EngineStats& stats, int64_t max_sequen
              grammars->compile_seconds);
   }
   return w.take();
+}
+
+void Metrics::transfer_succeeded(int64_t bytes, double seconds) {
+  std::lock_guard lock(mu_);
+  ++transfers_ok_;
+  transfer_bytes_ += bytes;
+  transfer_seconds_ += seconds;
+}
+
+void Metrics::transfer_failed(const std::string& kind) {
+  std::lock_guard lock(mu_);
+  ++transfers_failed_[kind];
 }
 
 }  // namespace strata::server

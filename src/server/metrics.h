@@ -45,6 +45,10 @@ class Metrics {
   void observe_time_to_first_token(double seconds);
   void observe_time_per_output_token(double seconds);
   void observe_e2e_latency(double seconds);
+  // Prefill/decode disaggregation, decode side: a prompt's state brought from a prefill replica, or a transfer that
+  // failed ("connect", "timeout", "cancelled", "refused", "protocol": the prompt was computed here instead).
+  void transfer_succeeded(int64_t bytes, double seconds);
+  void transfer_failed(const std::string& kind);
 
   // The whole exposition. `stats` are the engine's; `max_sequences` is the state pool's slot count.
   // `cache`: the prefix cache's counters, when it is on; `grammars`: the grammar compile cache's, once built.
@@ -59,6 +63,9 @@ class Metrics {
   std::map<std::string, int64_t> finished_by_reason_;
   std::map<int, int64_t> errors_by_status_;
   Histogram ttft_, tpot_, e2e_;
+  int64_t transfers_ok_ = 0, transfer_bytes_ = 0;
+  double transfer_seconds_ = 0;
+  std::map<std::string, int64_t> transfers_failed_;
 };
 
 }  // namespace strata::server

@@ -11,7 +11,8 @@
 
 namespace strata::server {
 
-// `key_scope`: the tenant's part of the scope ("" for none).
+// `key_scope`: the tenant's part of the scope ("" for none). `cache` may be null (a decode replica without a cache
+// of its own asks its prefill replica's): the default TTLs then.
 engine::CacheOptions request_cache_options(const CompletionRequest& r, const cache::PrefixCache* cache,
                                            const std::string& key_scope);
 // The tenant scope of an API key: a hash, so no key reaches a cache file or its name.

@@ -1,11 +1,14 @@
 #include "server/server.h"
 
 #include <cctype>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <thread>
 #include <variant>
 
+#include "disagg/prefill_order.h"
+#include "disagg/tcp_state_transport.h"
 #include "server/completion_stream.h"
 #include "server/request_cache.h"
 #include "server/request_constraint.h"
@@ -92,6 +95,7 @@ struct Server::Prepared {
   std::vector<std::string> echo;
   std::shared_ptr<const engine::OutputConstraint> constraint;  // structured outputs / tool_choice (null: none)
   size_t key = 0;  // which API key it came with
+  std::vector<disagg::PrefilledState> imported;  // per prompt: its state from a prefill replica (null state: none)
 };
 
 // A request in the engine. Lives on the I/O thread until every engine sequence of it has finished.
@@ -137,6 +141,10 @@ Server::Server(const model::Model& model, const text::Tokenizer& tokenizer, engi
   http_ = std::make_unique<HttpServer>(http, [this](std::shared_ptr<HttpExchange> exchange) { handle(std::move(exchange)); });
   engine_ = std::make_unique<engine::AsyncEngine>(model_, engine_config_, [this] { hand_off_step_events(); });
   workers_ = std::make_unique<WorkerPool>(cfg_.prepare_threads);
+  if (cfg_.role != disagg::Role::Prefill) {
+    transport_ = cfg_.transport ? cfg_.transport : std::make_shared<disagg::TcpStateTransport>();
+    transfers_ = std::make_unique<WorkerPool>(cfg_.transfer_threads);
+  }
 }
 
 Server::~Server() {
@@ -229,7 +237,8 @@ void Server::handle(std::shared_ptr<HttpExchange> exchange) {
   }
   const bool chat = path == "/v1/chat/completions", completions = path == "/v1/completions";
   const bool models = path == "/v1/models", one_model = path.rfind("/v1/models/", 0) == 0;
-  if (!chat && !completions && !models && !one_model)
+  const bool prefill = path == disagg::kPrefillPath;
+  if (!chat && !completions && !models && !one_model && !prefill)
     return send_error(*exchange, RequestError(404, "", cat("no route for ", req.method, " ", path), "invalid_request_error", "not_found"));
   const std::optional<size_t> key = authorized(req);
   if (!key)
@@ -248,7 +257,16 @@ void Server::handle(std::shared_ptr<HttpExchange> exchange) {
   if (!expect_method("POST")) return;
   if (shutting_down_)
     return send_error(*exchange, RequestError(503, "", "the server is shutting down", "server_error"));
+  if (prefill && cfg_.role == disagg::Role::Decode)
+    return send_error(*exchange, RequestError(400, "", cat("this replica's role is decode: it does not prefill for others (",
+                                                           disagg::kPrefillPath, ")"),
+                                              "invalid_request_error", "wrong_role"));
+  if (!prefill && cfg_.role == disagg::Role::Prefill)
+    return send_error(*exchange, RequestError(400, "", cat("this replica's role is prefill: it answers ", disagg::kPrefillPath,
+                                                           " for decode replicas, not completions"),
+                                              "invalid_request_error", "wrong_role"));
   ++preparing_;
+  if (prefill) return workers_->post([this, exchange, k = *key] { prefill_for_peer(exchange, k); });
   const Endpoint endpoint = chat ? Endpoint::kChatCompletions : Endpoint::kCompletions;
   workers_->post([this, exchange, endpoint, arrival = Clock::now(), k = *key] { prepare(exchange, endpoint, arrival, k); });
 }
@@ -295,7 +313,116 @@ void Server::prepare(std::shared_ptr<HttpExchange> exchange, Endpoint endpoint, 
     });
     return;
   }
+  if (transfers_) {
+    const std::string* named = exchange->request().header(disagg::kPrefillPeerHeader);
+    const std::string peer = named ? *named : cfg_.prefill_peer;
+    if (!peer.empty()) {
+      transfers_->post([this, prepared, peer] { fetch_states(prepared, peer); });
+      return;
+    }
+  }
   http_->post([this, prepared] { admit(prepared); });
+}
+
+void Server::fetch_states(std::shared_ptr<Prepared> prepared, const std::string& peer) {
+  const engine::CacheOptions cache = cache_options(*prepared);
+  const std::shared_ptr<HttpExchange> exchange = prepared->exchange;
+  disagg::TransferControl control;
+  control.deadline = Clock::now() + cfg_.transfer_timeout;
+  control.cancelled = [this, exchange] { return cancel_transfers_.load() || exchange->peer_gone(); };
+  if (const std::string* auth = exchange->request().header("Authorization")) control.authorization = *auth;
+  prepared->imported.resize(prepared->prompts.size());
+  for (size_t p = 0; p < prepared->prompts.size(); ++p) {
+    const std::vector<int32_t>& prompt = prepared->prompts[p];
+    if (prompt.size() < 2) continue;  // nothing to prefill but the token that is sampled from
+    disagg::PrefillOrder order;
+    order.request_id = cat("prefill-", p);
+    order.tokens.assign(prompt.begin(), prompt.end() - 1);
+    order.cache = cache.enabled;
+    order.cache_scope = cache.scope;
+    order.cache_ttl_seconds = cache.ttl_seconds;
+    const Clock::time_point start = Clock::now();
+    try {
+      prepared->imported[p] = transport_->prefill(peer, order, control);
+      metrics_.transfer_succeeded(static_cast<int64_t>(prepared->imported[p].state->size()),
+                                  seconds_between(start, Clock::now()));
+    } catch (const disagg::TransferError& e) {
+      metrics_.transfer_failed(disagg::to_string(e.kind()));
+      if (e.kind() != disagg::TransferError::Kind::Cancelled)
+        std::fprintf(stderr, "strata: prefill on %s failed (%s); computing the prompt here\n", peer.c_str(), e.what());
+      if (e.kind() == disagg::TransferError::Kind::Cancelled || e.kind() == disagg::TransferError::Kind::Timeout) break;
+    }
+  }
+  http_->post([this, prepared] { admit(prepared); });
+}
+
+void Server::prefill_for_peer(std::shared_ptr<HttpExchange> exchange, size_t key) {
+  std::optional<RequestError> error;
+  disagg::PrefillOrder order;
+  try {
+    order = disagg::parse_prefill_order(exchange->request().body);
+    // A caller may ask for another tenant's cache scope only by holding its key.
+    if (!cfg_.api_keys.empty() && cfg_.cache_scope_per_key && order.cache &&
+        order.cache_scope.rfind(api_key_scope(cfg_.api_keys[key]), 0) != 0)
+      error = RequestError(403, "cache_scope", "the cache scope belongs to another API key", "invalid_request_error",
+                           "wrong_scope");
+  } catch (const Error& e) {
+    error = RequestError(400, "", e.what());
+  }
+  if (error) {
+    http_->post([this, exchange, e = *error] {
+      --preparing_;
+      send_error(*exchange, e);
+      maybe_finish_shutdown();
+    });
+    return;
+  }
+  engine::CacheOptions cache;
+  cache.enabled = order.cache;
+  cache.scope = order.cache_scope;
+  cache.ttl_seconds = order.cache_ttl_seconds;
+  http_->post([this, exchange, tokens = std::move(order.tokens), cache]() mutable {
+    --preparing_;
+    submit_prefill(exchange, std::move(tokens), cache);
+  });
+}
+
+void Server::submit_prefill(std::shared_ptr<HttpExchange> exchange, std::vector<int32_t> tokens,
+                            engine::CacheOptions cache) {
+  if (shutting_down_) {
+    send_error(*exchange, RequestError(503, "", "the server is shutting down", "server_error"));
+    return maybe_finish_shutdown();
+  }
+  if (exchange->peer_gone()) return maybe_finish_shutdown();
+  const std::string id = cat("prefill-", next_export_++);
+  const auto count = static_cast<int64_t>(tokens.size());
+  engine::SamplingParams params;
+  params.max_tokens = 1;  // the decode replica's first token: counted against max_model_len like any other
+  engine::StateHandoff handoff;
+  handoff.export_state = true;
+  try {
+    engine_->submit(id, std::move(tokens), params,
+                    [this, id, exchange, count](const engine::TokenEvent& event) {
+                      if (!event.finished) return;
+                      http_->post([this, id, exchange, count, state = event.state, cached = event.cached_tokens] {
+                        exports_.erase(id);
+                        if (state)
+                          exchange->respond(HttpResponse{200, "application/octet-stream", *state,
+                                                         {{std::string(disagg::kStateTokensHeader), std::to_string(count)},
+                                                          {std::string(disagg::kCachedTokensHeader), std::to_string(cached)}}});
+                        else
+                          send_error(*exchange, RequestError(503, "", "the prefill was aborted", "server_error"));
+                        maybe_finish_shutdown();
+                      });
+                    },
+                    engine_config_.cache ? cache : engine::CacheOptions{}, handoff);
+  } catch (const Error& e) {
+    send_error(*exchange, RequestError(400, "tokens", e.what()));
+    return maybe_finish_shutdown();
+  }
+  exports_[id] = exchange;
+  // The decode replica went away (gave up, or died): the prefill is not worth finishing.
+  exchange->on_peer_gone([this, id] { engine_->abort(id); });
 }
 
 void Server::admit(std::shared_ptr<Prepared> prepared) {
@@ -334,12 +461,17 @@ void Server::admit(std::shared_ptr<Prepared> prepared) {
     params.max_tokens = prepared->max_tokens[p];
     params.constraint = prepared->constraint;
     if (r.sampling.seed) params.seed = *r.sampling.seed + i;
+    engine::StateHandoff handoff;
+    if (p < prepared->imported.size() && prepared->imported[p].state) {
+      handoff.imported = prepared->imported[p].state;
+      handoff.imported_cached_tokens = prepared->imported[p].cached_tokens;
+    }
     try {
       engine_->submit(request->sequence_ids[c], prepared->prompts[p], params,
                       [this, request, c](const engine::TokenEvent& event) {
                         step_events_.push_back({request, c, event});
                       },
-                      cache);
+                      cache, handoff);
       request->sequence_done[c] = false;
     } catch (const Error& e) {
       request->failed = true;
@@ -460,6 +592,8 @@ void Server::begin_shutdown(std::chrono::milliseconds grace) {
 }
 
 void Server::abort_all() {
+  cancel_transfers_ = true;
+  for (const auto& [id, exchange] : exports_) engine_->abort(id);
   for (const auto& [id, request] : requests_) {
     request->shutdown_abort = true;
     for (size_t c = 0; c < request->sequence_ids.size(); ++c)
@@ -468,7 +602,7 @@ void Server::abort_all() {
 }
 
 void Server::maybe_finish_shutdown() {
-  if (!shutting_down_ || !requests_.empty() || preparing_ > 0) return;
+  if (!shutting_down_ || !requests_.empty() || !exports_.empty() || preparing_ > 0) return;
   std::lock_guard lock(done_mu_);
   drained_ = true;
   done_cv_.notify_all();
@@ -485,6 +619,7 @@ void Server::wait() {
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(5);
   while (http_->open_connections() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   workers_->stop();
+  if (transfers_) transfers_->stop();
   engine_->shutdown(false);
   http_->stop();
   std::lock_guard lock(done_mu_);

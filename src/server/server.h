@@ -6,7 +6,9 @@
 // loop; the engine runs on its own thread and its token events are posted to the I/O thread.
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/ID] (API key required when set);
-// GET /health, GET /metrics (open).
+// GET /health, GET /metrics (open). Prefill/decode disaggregation: POST /strata/v1/prefill (disagg/prefill_order.h)
+// on roles prefill and both; a completion on roles decode and both has its prompt prefilled by a prefill replica
+// when one is named, and computes it here when that fails (the client sees no error).
 //
 // Each choice of a request (n > 1, or a batch of prompts) is its own engine sequence ("<id>-<choice>", seed + i
 // when seeded — the same tokens the engine's own n would give), so a choice that hits a stop string is aborted
@@ -20,6 +22,8 @@
 #include <mutex>
 #include <string>
 
+#include "disagg/replica_role.h"
+#include "disagg/state_transport.h"
 #include "engine/async_engine.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -45,6 +49,15 @@ struct ServerConfig {
   ProtocolLimits limits;
   int prepare_threads = 2;              // threads that parse and tokenize request bodies
   text::grammar::GrammarCacheLimits grammar_limits;  // structured outputs: the compile cache's caps
+
+  // Prefill/decode disaggregation (docs/disaggregation.md).
+  disagg::Role role = disagg::Role::Both;
+  // The prefill replica (http://HOST:PORT) for requests that name none (header X-Strata-Prefill); empty: none, the
+  // prompts are computed here. Only roles both and decode use one.
+  std::string prefill_peer;
+  std::chrono::milliseconds transfer_timeout{std::chrono::seconds(60)};  // per prompt, the remote prefill included
+  int transfer_threads = 16;  // transfers in flight at once (each waits on its socket)
+  std::shared_ptr<disagg::StateTransport> transport;  // null: TCP
 };
 
 class Server {
@@ -83,6 +96,11 @@ class Server {
   engine::CacheOptions cache_options(const Prepared& prepared) const;
   void prepare(std::shared_ptr<HttpExchange> exchange, Endpoint endpoint, std::chrono::steady_clock::time_point arrival,
                size_t key);
+  // Decode side (a transfer thread): the prompts' states from the prefill replica `peer`, then admit().
+  void fetch_states(std::shared_ptr<Prepared> prepared, const std::string& peer);
+  // Prefill side: POST /strata/v1/prefill, parsed on a worker and submitted on the I/O thread.
+  void prefill_for_peer(std::shared_ptr<HttpExchange> exchange, size_t key);
+  void submit_prefill(std::shared_ptr<HttpExchange> exchange, std::vector<int32_t> tokens, engine::CacheOptions cache);
   void admit(std::shared_ptr<Prepared> prepared);
   void on_event(const std::shared_ptr<ActiveRequest>& request, size_t choice, const engine::TokenEvent& event);
   void hand_off_step_events();
@@ -104,6 +122,9 @@ class Server {
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<engine::AsyncEngine> engine_;
   std::unique_ptr<WorkerPool> workers_;
+  std::unique_ptr<WorkerPool> transfers_;           // decode side: waiting on prefill replicas
+  std::shared_ptr<disagg::StateTransport> transport_;
+  std::atomic<bool> cancel_transfers_{false};       // shutdown without grace: give up waiting, compute here
   std::once_flag grammars_once_;
   std::unique_ptr<text::grammar::GrammarCache> grammars_;
   std::atomic<bool> grammars_ready_{false};  // grammars_ is built (the I/O thread reads its stats for /metrics)
@@ -118,6 +139,8 @@ class Server {
 
   // I/O thread only.
   std::map<std::string, std::shared_ptr<ActiveRequest>> requests_;
+  std::map<std::string, std::shared_ptr<HttpExchange>> exports_;  // prefill side: states being computed, by id
+  uint64_t next_export_ = 0;
   int64_t preparing_ = 0;  // bodies handed to the workers and not admitted yet
   bool shutting_down_ = false;
 
