@@ -59,7 +59,7 @@ options:
 )";
 constexpr const char* kHelpTail = R"(
 Endpoints: POST /v1/chat/completions, POST /v1/completions (stream or not), GET /v1/models, GET /health,
-GET /metrics (Prometheus text).
+GET /metrics (Prometheus text), GET /strata/v1/load (the load report `strata route` reads, JSON).
 
 example:
   strata serve --port 8000 &   # the demo model (models/demo/); --model DIR for another checkpoint

@@ -55,6 +55,9 @@ struct EngineStats {
   // before each forward (part of the engine's own cost, on the step's critical path; large batches in parallel).
   int64_t grammar_masks = 0;
   double grammar_mask_seconds = 0;
+  // Prompt tokens not yet computed of the waiting and prefilling sequences: the prefill work queued here (a
+  // router's load signal, server/load_report.h).
+  int64_t queued_prefill_tokens = 0;
 };
 
 class Engine {
