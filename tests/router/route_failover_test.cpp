@@ -78,7 +78,7 @@ TEST(RouteFailover, KilledReplicaFailsItsStreamsClearlyAndRejoinsWhenRestarted) 
   const int n = kSanitized ? 4 : 8;
   std::vector<StreamResult> results;
   std::atomic<int> first_bytes{0};
-  std::vector<std::thread> streams = start_streams(router.port(), n, kSanitized ? 200 : 600, results, first_bytes);
+  std::vector<std::thread> streams = start_streams(router.port(), n, kSanitized ? 150 : 300, results, first_bytes);
   const bool all_streaming = eventually([&] { return first_bytes.load() == n; }, 60 * patience());
   ::kill(r1.child.pid, SIGKILL);  // mid-stream: least load spread the streams over both replicas
   for (std::thread& t : streams) t.join();
@@ -131,7 +131,7 @@ TEST(RouteFailover, WedgedReplicaIsEjectedWithinBoundedTimeAndItsStreamEndsWithA
 
   std::vector<StreamResult> results;
   std::atomic<int> first_bytes{0};
-  std::vector<std::thread> streams = start_streams(router.port(), 2, kSanitized ? 200 : 600, results, first_bytes);
+  std::vector<std::thread> streams = start_streams(router.port(), 2, kSanitized ? 150 : 300, results, first_bytes);
   const bool both_streaming = eventually([&] { return first_bytes.load() == 2; }, 60 * patience());
   ::kill(r2.child.pid, SIGSTOP);
   const auto stopped = std::chrono::steady_clock::now();
@@ -142,7 +142,6 @@ TEST(RouteFailover, WedgedReplicaIsEjectedWithinBoundedTimeAndItsStreamEndsWithA
       10 * patience());
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
   for (std::thread& t : streams) t.join();
-  ::kill(r2.child.pid, SIGCONT);
   EXPECT_TRUE(both_streaming);
   EXPECT_TRUE(ejected) << "not ejected " << took << " s after SIGSTOP";
   EXPECT_LT(took, 5 * patience());
@@ -160,6 +159,7 @@ TEST(RouteFailover, WedgedReplicaIsEjectedWithinBoundedTimeAndItsStreamEndsWithA
   const HttpReply reply = complete_once(router.port(), ids_from(5000, 8));
   EXPECT_EQ(reply.status, 200) << reply.body;
   EXPECT_EQ(reply.headers.at("x-strata-replica"), r1.url());
+  ::kill(r2.child.pid, SIGCONT);
   // Woken up, it answers its checks again and is re-admitted.
   EXPECT_TRUE(eventually([&] { return router_metric(router.port(), "strata_router_replica_healthy", replica_labels(r2.url())) == 1; },
                          30 * patience()));
