@@ -155,11 +155,14 @@ struct Router::Impl {
   void answer(Proxied& p, HttpResponse response);
   std::vector<ReplicaMetrics> replica_metrics() const;
   int64_t healthy_targets() const;
+  void note_if_quiet();
   void log(const std::string& line) const { std::fprintf(stderr, "strata route: %s\n", line.c_str()); }
 
   RouterConfig cfg_;
-  // Declared before everything that holds a socket or timer on it, so it outlives them.
-  asio::io_context io_;
+  // The front server, whose I/O thread runs everything here. Declared before everything that holds a socket or
+  // timer on its event loop, so that loop outlives them.
+  std::unique_ptr<server::HttpServer> http_;
+  asio::io_context& io_;
   std::vector<Replica> replicas_;
   std::vector<std::unique_ptr<asio::steady_timer>> timers_;     // per replica: the wait between two checks
   std::vector<std::shared_ptr<beast::tcp_stream>> probes_;      // per replica: the check in progress
@@ -170,22 +173,42 @@ struct Router::Impl {
   // The block size and salt the prefix hashes chain from: the first cache-enabled replica's report.
   std::optional<std::pair<int64_t, model::BlockHash>> basis_;
   std::set<std::shared_ptr<Proxied>> active_;
-  bool stopping_ = false;  // router thread's copy of shutting_down_
+  size_t watching_ = 0;    // health-check loops still running
+  bool stopping_ = false;  // the I/O thread's copy of shutting_down_, once everything is being closed
 
   std::atomic<bool> shutting_down_{false};
-  std::unique_ptr<server::HttpServer> http_;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
-  std::thread thread_;
 
   std::mutex mu_;
   std::condition_variable cv_;
   size_t first_checks_ = 0;  // replicas whose first check has finished
-  bool done_ = false, stopped_ = false, started_ = false;
+  bool quiet_ = false;       // after stopping: every request and health check has ended
+  bool done_ = false, stopped_ = false;
   std::atomic<int64_t> deadline_ns_{0};  // shutdown: when in-flight requests are cut (steady clock)
 };
 
+namespace {
+
+server::HttpServerConfig front_config(const RouterConfig& cfg) {
+  server::HttpServerConfig http;
+  http.host = cfg.host;
+  http.port = cfg.port;
+  http.max_body_bytes = cfg.max_body_bytes;
+  http.idle_timeout = cfg.idle_timeout;
+  http.error_response = [](int status, const std::string& message) {
+    return error_response(status, message, "invalid_request_error", "");
+  };
+  return http;
+}
+
+}  // namespace
+
 Router::Impl::Impl(RouterConfig config)
-    : cfg_(std::move(config)), index_(std::max<size_t>(1, cfg_.index_blocks)), keys_(std::max<size_t>(1, cfg_.cache_keys)) {
+    : cfg_(std::move(config)),
+      http_(std::make_unique<server::HttpServer>(front_config(cfg_),
+                                                 [this](std::shared_ptr<HttpExchange> e) { handle(std::move(e)); })),
+      io_(http_->io_context()),
+      index_(std::max<size_t>(1, cfg_.index_blocks)),
+      keys_(std::max<size_t>(1, cfg_.cache_keys)) {
   if (cfg_.replicas.empty()) fail("route: no replicas (give --backend URL, or --decode URL with --prefill URL)");
   size_t targets = 0;
   bool prefill = false, decode = false;
@@ -217,16 +240,6 @@ Router::Impl::Impl(RouterConfig config)
     fail("route: ", targets, " replicas take requests; at most ", PrefixIndex::kMaxReplicas, " are supported");
   if (cfg_.max_attempts < 1) fail("route: max attempts must be ≥ 1, found ", cfg_.max_attempts);
   if (cfg_.eject_after < 1 || cfg_.readmit_after < 1) fail("route: --eject-after and --readmit-after must be ≥ 1");
-
-  server::HttpServerConfig http;
-  http.host = cfg_.host;
-  http.port = cfg_.port;
-  http.max_body_bytes = cfg_.max_body_bytes;
-  http.idle_timeout = cfg_.idle_timeout;
-  http.error_response = [](int status, const std::string& message) {
-    return error_response(status, message, "invalid_request_error", "");
-  };
-  http_ = std::make_unique<server::HttpServer>(http, [this](std::shared_ptr<HttpExchange> e) { handle(std::move(e)); });
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -243,20 +256,15 @@ void Router::Impl::handle(std::shared_ptr<HttpExchange> exchange) {
   };
   if (path == "/health" || path == "/metrics") {
     if (!expect_method("GET")) return;
-    const bool health = path == "/health";
-    asio::post(io_, [this, exchange, health] {
-      if (!health) {
-        return exchange->respond(HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
-                                              metrics_.render(replica_metrics(), cfg_.policy, index_.size()), {}});
-      }
-      const int64_t healthy = healthy_targets();
-      if (stopping_) return exchange->respond(error_response(503, "the router is shutting down", "server_error", ""));
-      if (healthy == 0)
-        return exchange->respond(error_response(503, "no replica is healthy", "server_error", "no_healthy_replica"));
-      exchange->respond(HttpResponse{200, "application/json",
-                                     nlohmann::ordered_json{{"status", "ok"}, {"healthy_replicas", healthy}}.dump(), {}});
-    });
-    return;
+    if (path == "/metrics")
+      return exchange->respond(HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
+                                            metrics_.render(replica_metrics(), cfg_.policy, index_.size()), {}});
+    const int64_t healthy = healthy_targets();
+    if (shutting_down_) return exchange->respond(error_response(503, "the router is shutting down", "server_error", ""));
+    if (healthy == 0)
+      return exchange->respond(error_response(503, "no replica is healthy", "server_error", "no_healthy_replica"));
+    return exchange->respond(HttpResponse{200, "application/json",
+                                          nlohmann::ordered_json{{"status", "ok"}, {"healthy_replicas", healthy}}.dump(), {}});
   }
   auto p = std::make_shared<Proxied>();
   p->received = Clock::now();
@@ -306,15 +314,13 @@ void Router::Impl::handle(std::shared_ptr<HttpExchange> exchange) {
 
 void Router::Impl::hand_over(std::shared_ptr<Proxied> p) {
   std::weak_ptr<Proxied> weak = p;
-  p->exchange->on_peer_gone([this, weak] {
-    asio::post(io_, [weak] {
-      const auto q = weak.lock();
-      if (!q) return;
-      q->client_gone = true;
-      if (q->link) q->link->stream.close();
-    });
+  p->exchange->on_peer_gone([weak] {  // on the I/O thread
+    const auto q = weak.lock();
+    if (!q) return;
+    q->client_gone = true;
+    if (q->link) q->link->stream.close();
   });
-  asio::post(io_, [this, p = std::move(p)] { asio::co_spawn(io_, route(p), asio::detached); });
+  asio::co_spawn(io_, route(std::move(p)), asio::detached);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -423,6 +429,7 @@ awaitable<void> Router::Impl::route(std::shared_ptr<Proxied> p) {
                                 only_503 ? "replicas_unavailable" : "replica_failed"));
   }
   active_.erase(p);
+  if (stopping_) note_if_quiet();
 }
 
 awaitable<Router::Impl::Outcome> Router::Impl::forward(Proxied& p, size_t r, std::string& why) {
@@ -541,7 +548,7 @@ awaitable<Router::Impl::Outcome> Router::Impl::forward(Proxied& p, size_t r, std
       else body.append(buf, n);
       if (first) {
         first = false;
-        metrics_.overhead().add(seconds_between(p.received, sent) + seconds_between(got, Clock::now()));
+        metrics_.overhead(seconds_between(p.received, sent) + seconds_between(got, Clock::now()));
       }
     }
     if (ec || p.client_gone) break;
@@ -615,6 +622,7 @@ awaitable<std::optional<server::LoadReport>> Router::Impl::fetch_load(size_t r, 
 }
 
 awaitable<void> Router::Impl::watch(size_t r) {
+  ++watching_;
   asio::steady_timer& timer = *timers_[r];
   while (!stopping_) {
     std::string why;
@@ -626,6 +634,15 @@ awaitable<void> Router::Impl::watch(size_t r) {
     boost::system::error_code ec;
     co_await timer.async_wait(asio::redirect_error(kAwait, ec));
   }
+  --watching_;
+  if (stopping_) note_if_quiet();
+}
+
+void Router::Impl::note_if_quiet() {
+  if (!active_.empty() || watching_ > 0) return;
+  std::lock_guard lock(mu_);
+  quiet_ = true;
+  cv_.notify_all();
 }
 
 void Router::Impl::on_check(size_t r, std::optional<server::LoadReport> report, const std::string& why) {
@@ -725,16 +742,12 @@ uint16_t Router::port() const { return impl_->http_->port(); }
 
 void Router::start() {
   Impl& m = *impl_;
-  m.work_.emplace(m.io_.get_executor());
-  m.thread_ = std::thread([&m] { m.io_.run(); });
+  // The first checks run as soon as the I/O thread does; "listening" is only said once each has an answer.
   for (size_t r = 0; r < m.replicas_.size(); ++r) asio::co_spawn(m.io_, m.watch(r), asio::detached);
-  {
-    std::unique_lock lock(m.mu_);
-    m.cv_.wait_for(lock, m.cfg_.health_timeout + m.cfg_.connect_timeout + std::chrono::seconds(1),
-                   [&] { return m.first_checks_ == m.replicas_.size(); });
-    m.started_ = true;
-  }
   m.http_->start();
+  std::unique_lock lock(m.mu_);
+  m.cv_.wait_for(lock, m.cfg_.health_timeout + m.cfg_.connect_timeout + std::chrono::seconds(1),
+                 [&] { return m.first_checks_ == m.replicas_.size(); });
 }
 
 void Router::shutdown(std::chrono::milliseconds grace) {
@@ -762,22 +775,27 @@ void Router::wait() {
     if (m.stopped_) return;
     m.cv_.wait(lock, [&] { return m.done_; });
   }
+  if (m.http_->running()) {
+    // Every request and health check ends by itself once its sockets and timers are closed; the event loop is
+    // stopped only then, so no coroutine is left suspended on it.
+    m.http_->post([&m] {
+      m.stopping_ = true;
+      for (const auto& p : m.active_)
+        if (p->link) p->link->stream.close();
+      for (Replica& r : m.replicas_) {
+        for (const auto& link : r.idle) link->stream.close();
+        r.idle.clear();
+      }
+      for (const auto& t : m.timers_) t->cancel();
+      for (const auto& probe : m.probes_)
+        if (probe) probe->close();
+      m.note_if_quiet();
+    });
+    std::unique_lock lock(m.mu_);
+    if (!m.cv_.wait_for(lock, std::chrono::seconds(10), [&] { return m.quiet_; }))
+      m.log("warning: requests or checks still running at shutdown");
+  }
   m.http_->stop();
-  // Every coroutine ends by itself once its sockets and timers are closed; then the thread's loop runs out of work.
-  asio::post(m.io_, [&m] {
-    m.stopping_ = true;
-    for (const auto& p : m.active_)
-      if (p->link) p->link->stream.close();
-    for (Replica& r : m.replicas_) {
-      for (const auto& link : r.idle) link->stream.close();
-      r.idle.clear();
-    }
-    for (const auto& t : m.timers_) t->cancel();
-    for (const auto& probe : m.probes_)
-      if (probe) probe->close();
-  });
-  m.work_.reset();
-  if (m.thread_.joinable()) m.thread_.join();
   std::lock_guard lock(m.mu_);
   m.stopped_ = true;
 }

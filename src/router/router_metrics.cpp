@@ -1,25 +1,14 @@
 #include "router/router_metrics.h"
 
-#include <algorithm>
-
-#include "server/metrics.h"
 
 namespace strata::router {
 
-void OverheadSamples::add(double seconds) {
-  if (ring_.size() < kSamples) ring_.push_back(seconds);
-  else ring_[next_] = seconds;
-  next_ = (next_ + 1) % kSamples;
-  ++count_;
-  sum_ += seconds;
-}
-
-double OverheadSamples::quantile(double q) const {
-  if (ring_.empty()) return 0;
-  std::vector<double> sorted = ring_;
-  const auto k = static_cast<size_t>(q * static_cast<double>(sorted.size() - 1) + 0.5);
-  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k), sorted.end());
-  return sorted[k];
+std::vector<double> overhead_bounds() {
+  std::vector<double> b;
+  for (const double us : {10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 120, 140, 160, 180, 200, 250, 300, 400, 500, 750, 1000,
+                          2000, 5000, 10000, 20000, 50000, 100000})
+    b.push_back(us / 1e6);  // divided, so each bound prints as its decimal (160e-6 would not)
+  return b;
 }
 
 namespace {
@@ -80,10 +69,12 @@ std::string RouterMetrics::render(const std::vector<ReplicaMetrics>& replicas, P
     sample(out, "strata_router_responses_total", "status=\"" + std::to_string(status) + "\"", static_cast<double>(n));
   family(out, "strata_router_prefix_index_blocks", "gauge", "Block hashes the cache-aware index remembers.");
   sample(out, "strata_router_prefix_index_blocks", "", static_cast<double>(index_blocks));
-  family(out, "strata_router_overhead_seconds", "summary",
-         "The router's own time per request (request in to replica, replica's first byte to client); quantiles over the last 65536.");
-  for (const double q : {0.5, 0.9, 0.99})
-    sample(out, "strata_router_overhead_seconds", "quantile=\"" + server::prometheus_number(q) + "\"", overhead_.quantile(q));
+  family(out, "strata_router_overhead_seconds", "histogram",
+         "The router's own time per request: request in to replica, and replica's first byte to client.");
+  for (size_t i = 0; i < overhead_.bounds().size(); ++i)
+    sample(out, "strata_router_overhead_seconds_bucket", "le=\"" + server::prometheus_number(overhead_.bounds()[i]) + "\"",
+           static_cast<double>(overhead_.counts()[i]));
+  sample(out, "strata_router_overhead_seconds_bucket", "le=\"+Inf\"", static_cast<double>(overhead_.count()));
   sample(out, "strata_router_overhead_seconds_sum", "", overhead_.sum());
   sample(out, "strata_router_overhead_seconds_count", "", static_cast<double>(overhead_.count()));
   return out;

@@ -165,12 +165,23 @@ TEST(LoadReport, RoundTripsAndNamesWhatIsWrong) {
   EXPECT_FALSE(server::parse_block_hash_hex("12"));
 }
 
-TEST(RouterMetrics, OverheadQuantilesComeFromTheSamples) {
-  OverheadSamples s;
-  for (int i = 1; i <= 100; ++i) s.add(i * 1e-6);
-  EXPECT_NEAR(s.quantile(0.5), 50e-6, 1.01e-6);
-  EXPECT_NEAR(s.quantile(0.99), 99e-6, 1.01e-6);
-  EXPECT_EQ(s.count(), 100);
+TEST(RouterMetrics, RendersDecisionsReplicasAndTheOverheadHistogram) {
+  RouterMetrics m;
+  m.decision(Reason::CacheHit);
+  m.decision(Reason::CacheHit);
+  m.overhead(150e-6);
+  m.overhead(3e-3);
+  ReplicaMetrics r;
+  r.url = "http://h:1";
+  r.role = "backend";
+  r.healthy = true;
+  const std::string text = m.render({r}, Policy::CacheAware, 7);
+  EXPECT_NE(text.find("strata_router_decisions_total{reason=\"cache_hit\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("strata_router_replica_healthy{replica=\"http://h:1\",role=\"backend\"} 1\n"), std::string::npos);
+  EXPECT_EQ(text.find("\nstrata_router_replica_waiting{"), std::string::npos);  // no report yet: no sample
+  EXPECT_NE(text.find("strata_router_overhead_seconds_bucket{le=\"0.00014\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("strata_router_overhead_seconds_bucket{le=\"0.00016\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("strata_router_overhead_seconds_bucket{le=\"+Inf\"} 2\n"), std::string::npos);
 }
 
 }  // namespace
