@@ -5,16 +5,18 @@
 #   1. Policies: two `strata serve` replicas of the demo model (models/demo/) behind `strata route`, for each of
 #      round_robin, least_load and cache_aware (fresh replicas each time, so no policy inherits another's cache),
 #      driven by `strata bench serve` on two datasets:
-#        shared-prefix    NUM_PREFIXES groups of a 1024-token prefix, 4 requests per group, each with 32 tokens of
-#                         its own (the case where a prefix computed on one replica is wasted work on the other);
-#        growing-history  multi-turn: 8 conversations of 6 turns, each turn resending the whole history
+#        shared-prefix    NUM_PREFIXES (25) groups of a 1024-token prefix, 4 requests per group, each with 32 tokens
+#                         of its own (the case where a prefix computed on one replica is wasted work on the other);
+#        growing-history  multi-turn: 7 conversations of 6 turns, each turn resending the whole history
 #                         (512 tokens, then 64 new tokens a turn).
+#      The group counts are odd on purpose: request i belongs to group i mod N, so with an even N round robin's
+#      alternation would send every group to one replica and look cache-aware by accident.
 #      Reported per run: TTFT / TPOT / E2E, goodput (TTFT ≤ 1 s and TPOT ≤ 100 ms), the prefix-cache hit rate the
 #      replicas' usage reported, and the router's decisions by reason.
 #   2. Overhead: what the router adds per request at 1,000 requests/s. A replica of a 1-layer tiny model (so the
-#      replica keeps up) is loaded with 5,000 one-token requests (128-token prompts: one block to hash) at a
+#      replica can keep up) is loaded with 5,000 one-token requests (128-token prompts: one block to hash) at a
 #      Poisson rate of 1,000/s, once directly and once through `strata route --policy cache_aware` (the costliest
-#      policy: it parses, hashes and consults the index). Two measures:
+#      policy: it parses, hashes and consults the index), each after a warm-up run of 1,000. Two measures:
 #        internal   the router's own time per request, from its /metrics summary: request read → last byte
 #                   written to the replica, plus the replica's first byte read → handed to the client connection
 #                   (the parse, the policy, the index, the upstream write; not the kernel's loopback hop);
@@ -23,7 +25,8 @@
 #      Each is run REPEATS times (default 3), alternating direct and routed; the run with the median routed p99
 #      is kept in full and every run's numbers are listed.
 # Usage (repo root, after scripts/setup.sh and a build): bash bench/run_router_cpu.sh [BUILD_DIR] [OUT_JSON]
-# COMMIT: the commit BUILD_DIR was built from (default: scripts/provenance.sh --commit).
+# COMMIT: the commit BUILD_DIR was built from (default: scripts/provenance.sh --commit). A quick trial run:
+# REPEATS=1 NUM_PREFIXES=4 OVERHEAD_PROMPTS=500 (the defaults are what the results file records).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -40,7 +43,7 @@ import json, os, re, statistics, subprocess, sys, time, urllib.request
 strata, work, out, commit, port = sys.argv[1:]
 port = int(port)
 repeats = int(os.environ.get("REPEATS", "3"))
-num_prefixes = int(os.environ.get("NUM_PREFIXES", "24"))
+num_prefixes = int(os.environ.get("NUM_PREFIXES", "25"))
 
 def start(args, log, env=None):
     f = open(log, "w")
@@ -68,13 +71,27 @@ def stop(procs):
             p.kill(); p.wait()
 
 def metrics(url):
+    """The router's decisions by reason and its overhead histogram (cumulative bucket counts by upper bound)."""
     text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
     decisions = {m.group(1): int(float(m.group(2)))
                  for m in re.finditer(r'^strata_router_decisions_total\{reason="([a-z_]+)"\} (\S+)$', text, re.M)}
-    overhead = {m.group(1): float(m.group(2))
-                for m in re.finditer(r'^strata_router_overhead_seconds\{quantile="([0-9.]+)"\} (\S+)$', text, re.M)}
-    count = re.search(r'^strata_router_overhead_seconds_count (\S+)$', text, re.M)
-    return decisions, overhead, int(float(count.group(1))) if count else 0
+    buckets = [(float("inf") if m.group(1) == "+Inf" else float(m.group(1)), int(float(m.group(2))))
+               for m in re.finditer(r'^strata_router_overhead_seconds_bucket\{le="([^"]+)"\} (\S+)$', text, re.M)]
+    return decisions, buckets
+
+def quantile_us(before, after, q):
+    """The q-quantile of the requests between two scrapes, in microseconds: linear within its bucket (Prometheus's
+    histogram_quantile), so it is exact at the bounds (200 us is one) and interpolated between them."""
+    counts = [(le, a - b) for (le, a), (_, b) in zip(after, before)]
+    total = counts[-1][1]
+    rank, lower, below = q * total, 0.0, 0
+    for le, n in counts:
+        if n >= rank:
+            if le == float("inf"):
+                return lower * 1e6
+            return (lower + (le - lower) * (rank - below) / max(1, n - below)) * 1e6
+        lower, below = le, n
+    return lower * 1e6
 
 def bench(url, args, out_json):
     subprocess.run([strata, "bench", "serve", "--url", url, "--commit", commit, "--out", out_json, "--plots", "off",
@@ -92,8 +109,8 @@ datasets = {
     "shared-prefix": ["--dataset", "shared-prefix", "--prefix-len", "1024", "--num-prefixes", str(num_prefixes),
                       "--input-len", "32", "--output-len", "16", "--num-prompts", str(4 * num_prefixes),
                       "--concurrency", "8"],
-    "growing-history": ["--dataset", "growing-history", "--prefix-len", "512", "--num-prefixes", "8",
-                        "--input-len", "64", "--output-len", "16", "--num-prompts", "48", "--concurrency", "8"],
+    "growing-history": ["--dataset", "growing-history", "--prefix-len", "512", "--num-prefixes", "7",
+                        "--input-len", "64", "--output-len", "16", "--num-prompts", "42", "--concurrency", "8"],
 }
 slo = ["--slo-ttft-ms", "1000", "--slo-tpot-ms", "100"]
 result = {"benchmark": "router", "commit": commit, "policies": {}, "overhead": {}}
@@ -110,7 +127,7 @@ for policy in ("round_robin", "least_load", "cache_aware"):
             wait_up(f"http://127.0.0.1:{port}", router, rlog)
             b = bench(f"http://127.0.0.1:{port}", [*args, *slo, "--model", "m", "--label", f"route {policy}"],
                       f"{work}/{policy}_{name}.json")
-            decisions, _, _ = metrics(f"http://127.0.0.1:{port}")
+            decisions, _ = metrics(f"http://127.0.0.1:{port}")
         finally:
             stop([router, *replicas])
         result.update(device=b["device"], date=b["date"])
@@ -122,8 +139,9 @@ for policy in ("round_robin", "least_load", "cache_aware"):
               f"{decisions}", file=sys.stderr)
 
 # Overhead at 1,000 requests/s.
-load = ["--rate", "1000", "--num-prompts", "5000", "--input-len", "128", "--output-len", "1", "--concurrency", "512",
-        "--token-ids", "1000:30000", "--model", "m", "--warmup", "500", "--seed", "1"]
+shape = ["--input-len", "128", "--output-len", "1", "--concurrency", "512", "--token-ids", "1000:30000", "--model", "m"]
+load = ["--rate", "1000", "--num-prompts", os.environ.get("OVERHEAD_PROMPTS", "5000"), *shape, "--seed", "1"]
+warm = ["--rate", "1000", "--num-prompts", "1000", *shape, "--seed", "2"]  # opens the connections, faults in pages
 runs = []
 for i in range(repeats):
     replica = serve(f"{work}/tiny1", port + 1, ["--max-num-seqs", "256", "--cache", "off"])
@@ -132,15 +150,18 @@ for i in range(repeats):
                     "--backend", f"http://127.0.0.1:{port + 1}"], rlog)
     try:
         wait_up(f"http://127.0.0.1:{port}", router, rlog)
+        bench(f"http://127.0.0.1:{port + 1}", warm, f"{work}/warm.json")
         direct = bench(f"http://127.0.0.1:{port + 1}", load, f"{work}/direct.json")
-        _, _, before = metrics(f"http://127.0.0.1:{port}")
+        bench(f"http://127.0.0.1:{port}", warm, f"{work}/warm.json")
+        _, before = metrics(f"http://127.0.0.1:{port}")
         routed = bench(f"http://127.0.0.1:{port}", load, f"{work}/routed.json")
-        decisions, overhead, count = metrics(f"http://127.0.0.1:{port}")
+        _, after = metrics(f"http://127.0.0.1:{port}")
     finally:
         stop([router, replica])
     d, r = direct["results"], routed["results"]
-    run = {"internal_us": {"p50": overhead["0.5"] * 1e6, "p90": overhead["0.9"] * 1e6, "p99": overhead["0.99"] * 1e6,
-                           "requests": count - before},
+    # Between the two scrapes: the measured run's requests only (the warm-up run came before the first).
+    run = {"internal_us": {"p50": quantile_us(before, after, 0.5), "p90": quantile_us(before, after, 0.9),
+                           "p99": quantile_us(before, after, 0.99), "requests": after[-1][1] - before[-1][1]},
            "ttft_direct_ms": {k: d["ttft_ms"][k] for k in ("median", "p99")},
            "ttft_routed_ms": {k: r["ttft_ms"][k] for k in ("median", "p99")},
            "external_us": {"p50": (r["ttft_ms"]["median"] - d["ttft_ms"]["median"]) * 1e3,
@@ -161,7 +182,8 @@ median["all_runs"] = [{"internal_us_p50": round(x["internal_us"]["p50"], 1), "in
 median["config"] = {"replica": "strata serve of `strata model init --preset tiny --layers 1 --seed 0 --tokenizer-from "
                                ".deps/tokenizer-deepseek_v3`, --max-num-seqs 256 --cache off, OMP_NUM_THREADS=1",
                     "router": "strata route --policy cache_aware --model models/demo (one --backend)",
-                    "load": "strata bench serve " + " ".join(load),
+                    "load": "strata bench serve " + " ".join(load) + ", after a warm-up run of " + " ".join(warm) +
+                            " (directly and through the router alike)",
                     "repeats": f"{repeats}, kept: the run with the median internal p99"}
 result["overhead"] = median
 result["commands"] = {"policies": "strata route --policy P --backend R1 --backend R2 --health-interval 0.5; "
