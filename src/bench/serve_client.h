@@ -19,14 +19,12 @@
 #include <vector>
 
 #include "bench/serve_workload.h"
+#include "server/server_url.h"
 
 namespace strata::bench {
 
-// http://HOST[:PORT][/PREFIX] — the server's base URL (PREFIX is put before /v1/...).
-struct ServerUrl {
-  std::string host, port = "80", prefix;
-};
-ServerUrl parse_server_url(const std::string& url);  // throws strata::Error for anything else (e.g. https)
+using server::ServerUrl;
+using server::parse_server_url;
 
 struct LoadConfig {
   std::string url;

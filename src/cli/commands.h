@@ -13,5 +13,6 @@ int cache_command(const std::vector<std::string>& args);  // `strata cache stats
 int chat_template_command(const std::vector<std::string>& args);
 int serve_command(const std::vector<std::string>& args);
 int bench_serve_command(const std::vector<std::string>& args);  // `strata bench serve`
+int route_command(const std::vector<std::string>& args);        // `strata route`
 
 }  // namespace strata::cli

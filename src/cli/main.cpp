@@ -21,6 +21,7 @@ commands:
   tokenize   encode text with a model directory's tokenizer; prints token ids as JSON
   chat-template  print the DeepSeek-V4 prompt (or its ids) for an OpenAI chat-completions request
   serve      OpenAI-compatible HTTP server (chat/completions, completions, models, health, metrics)
+  route      OpenAI-compatible router in front of several serve replicas (cache-aware, least load, failover)
   cache      inspect or clean a prefix-cache directory (stats, verify, gc)
   version    print the version
 
@@ -53,8 +54,10 @@ int main(int argc, char** argv) {
     if (command == "chat-template") return strata::cli::chat_template_command(args);
 #ifdef STRATA_WITH_SERVER
     if (command == "serve") return strata::cli::serve_command(args);
+    if (command == "route") return strata::cli::route_command(args);
 #else
     if (command == "serve") strata::fail("this build has no HTTP server: Boost.Beast (Debian libboost-dev) was missing");
+    if (command == "route") strata::fail("this build has no HTTP router: Boost.Beast (Debian libboost-dev) was missing");
 #endif
     if (command == "version" || command == "--version") {
       std::printf("strata %s\n", STRATA_VERSION);

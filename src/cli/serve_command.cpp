@@ -71,7 +71,7 @@ prefill/decode disaggregation (docs/disaggregation.md):
 )";
 constexpr const char* kHelpTail = R"(
 Endpoints: POST /v1/chat/completions, POST /v1/completions (stream or not), GET /v1/models, GET /health,
-GET /metrics (Prometheus text).
+GET /metrics (Prometheus text), GET /strata/v1/load (the load report `strata route` reads, JSON).
 
 example:
   strata serve --port 8000 &   # the demo model (models/demo/); --model DIR for another checkpoint
@@ -109,7 +109,12 @@ int serve_command(const std::vector<std::string>& argv) {
   const double grammar_timeout_s = args.number("grammar-compile-timeout", 10.0);
   if (!(grammar_timeout_s > 0))
     fail("option --grammar-compile-timeout: expected seconds > 0, found ", grammar_timeout_s);
-  const disagg::Role role = disagg::parse_role(args.str("role", "both"));
+  disagg::Role role = disagg::Role::Both;
+  try {
+    role = disagg::parse_role(args.str("role", "both"));
+  } catch (const Error& e) {
+    fail("option --role: ", e.what());
+  }
   const std::string prefill_peer = args.str("prefill-peer", "");
   if (!prefill_peer.empty()) {
     if (role == disagg::Role::Prefill) fail("option --prefill-peer: a replica with --role prefill has no prefill peer");

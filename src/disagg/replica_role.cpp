@@ -17,7 +17,7 @@ Role parse_role(std::string_view text) {
   if (text == "both") return Role::Both;
   if (text == "prefill") return Role::Prefill;
   if (text == "decode") return Role::Decode;
-  fail("--role: expected both, prefill or decode, got '", text, "'");
+  fail("expected both, prefill or decode, found '", text, "'");
 }
 
 }  // namespace strata::disagg

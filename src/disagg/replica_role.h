@@ -12,6 +12,6 @@ enum class Role {
 };
 
 const char* to_string(Role role);        // "both", "prefill", "decode"
-Role parse_role(std::string_view text);  // throws strata::Error naming the accepted values
+Role parse_role(std::string_view text);  // throws strata::Error naming the accepted values (callers say where)
 
 }  // namespace strata::disagg

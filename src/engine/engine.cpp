@@ -267,6 +267,13 @@ EngineStats Engine::stats() const {
   s.evicted_kept_blocks = pool_.blocks().evicted_blocks();
   s.total_blocks = pool_.limits().blocks;
   s.preemptions = scheduler_.total_preemptions();
+  for (const auto& [id, seq] : sequences_) {
+    const auto prompt = static_cast<int64_t>(seq->prompt.size());
+    // A preempted sequence waits to recompute its outputs too; that is prefill work all the same.
+    if (seq->status == SequenceStatus::Waiting) s.queued_prefill_tokens += seq->num_uncomputed();
+    else if (seq->status == SequenceStatus::Running && seq->num_computed < prompt)
+      s.queued_prefill_tokens += prompt - seq->num_computed;
+  }
   return s;
 }
 

@@ -62,6 +62,9 @@ struct EngineStats {
   // could not be (their tokens were computed here instead) (decode side).
   int64_t exported_states = 0, imported_states = 0, import_failures = 0;
   int64_t exported_state_bytes = 0;
+  // Prompt tokens not yet computed of the waiting and prefilling sequences: the prefill work queued here (a
+  // router's load signal, server/load_report.h).
+  int64_t queued_prefill_tokens = 0;
 };
 
 class Engine {

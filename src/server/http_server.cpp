@@ -529,6 +529,8 @@ HttpServer::~HttpServer() { stop(); }
 
 uint16_t HttpServer::port() const { return impl_->port; }
 
+asio::io_context& HttpServer::io_context() { return impl_->io; }
+
 bool HttpServer::running() const { return impl_->thread.joinable() && !impl_->stopped; }
 
 void HttpServer::start() {

@@ -8,7 +8,8 @@
 // one whole response, or a stream (chunked transfer encoding) written piece by piece. The handler may answer from
 // any thread, at any later time; the exchange posts to the I/O thread.
 //
-// Nothing here knows about OpenAI or the engine; Beast and Asio stay inside http_server.cpp.
+// Nothing here knows about OpenAI or the engine; Beast and Asio stay inside http_server.cpp (io_context() hands out
+// the event loop, forward-declared, to a handler that brings its own Asio code).
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -18,6 +19,10 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+namespace boost::asio {
+class io_context;
+}
 
 namespace strata::server {
 
@@ -103,6 +108,11 @@ class HttpServer {
   uint16_t port() const;
   void start();  // starts the I/O thread
   bool running() const;  // started and not stopped
+
+  // The I/O thread's event loop, for a handler that runs its own Asio work beside the connections (the router's
+  // upstream connections and health checks: one thread, no hand-over between threads per request). Work on it ends
+  // with stop().
+  boost::asio::io_context& io_context();
 
   // Runs `fn` on the I/O thread (now, or after `delay`). Dropped once the server has stopped.
   void post(std::function<void()> fn);

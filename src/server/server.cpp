@@ -10,6 +10,7 @@
 #include "disagg/prefill_order.h"
 #include "disagg/tcp_state_transport.h"
 #include "server/completion_stream.h"
+#include "server/load_report.h"
 #include "server/request_cache.h"
 #include "server/request_constraint.h"
 #include "server/request_prompts.h"
@@ -234,6 +235,14 @@ void Server::handle(std::shared_ptr<HttpExchange> exchange) {
                                                           cache_stats ? &*cache_stats : nullptr,
                                                           grammar_stats ? &*grammar_stats : nullptr),
                                           {}});
+  }
+  if (path == "/strata/v1/load") {
+    if (!expect_method("GET")) return;
+    const int64_t in_flight = static_cast<int64_t>(requests_.size() + exports_.size()) + preparing_;
+    LoadReport report = make_load_report(engine_->stats(), engine_config_.pool.blocks, engine_config_.cache.get(),
+                                         model_.state_layout().block_tokens, in_flight);
+    report.role = cfg_.role;
+    return exchange->respond(json_response(200, load_report_body(report)));
   }
   const bool chat = path == "/v1/chat/completions", completions = path == "/v1/completions";
   const bool models = path == "/v1/models", one_model = path.rfind("/v1/models/", 0) == 0;

@@ -6,9 +6,10 @@
 // loop; the engine runs on its own thread and its token events are posted to the I/O thread.
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/ID] (API key required when set);
-// GET /health, GET /metrics (open). Prefill/decode disaggregation: POST /strata/v1/prefill (disagg/prefill_order.h)
-// on roles prefill and both; a completion on roles decode and both has its prompt prefilled by a prefill replica
-// when one is named, and computes it here when that fails (the client sees no error).
+// GET /health, GET /metrics, GET /strata/v1/load (the load report a router reads: server/load_report.h) (open).
+// Prefill/decode disaggregation: POST /strata/v1/prefill (disagg/prefill_order.h) on roles prefill and both; a
+// completion on roles decode and both has its prompt prefilled by a prefill replica when one is named, and computes
+// it here when that fails (the client sees no error).
 //
 // Each choice of a request (n > 1, or a batch of prompts) is its own engine sequence ("<id>-<choice>", seed + i
 // when seeded — the same tokens the engine's own n would give), so a choice that hits a stop string is aborted

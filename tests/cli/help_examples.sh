@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every example that `strata <command> --help` shows, as written, from the repository root with the strata
 # under test first on PATH: the examples must work for whoever copies them (issue 19). Each help's examples run in
-# order, as a user would paste them. The only changes: port 8000 becomes a free port (CI runs tests side by side),
+# order, as a user would paste them. The only changes: ports 8000-8002 become free ports (CI runs tests side by side),
 # and a line ending in "&" (a server) is followed by a wait until the server answers /health, then killed after
 # its help's last example. Skipped, and reported as such: examples for --device cuda on a build or machine without
 # a GPU.
@@ -24,9 +24,11 @@ command -v curl >/dev/null || { echo "SKIP: no curl (scripts/setup.sh installs i
 
 gpu=yes
 strata generate --device cuda --prompt-ids 1 --max-tokens 1 >/dev/null 2>&1 || gpu=no
-# A port nothing listens on (a connection to it is refused).
+# Ports nothing listens on (a connection to them is refused): 8000 becomes $port, and 8001, 8002 (the replicas of
+# the route example) the two after it.
 port=$((20000 + RANDOM % 20000))
-while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
+while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || (exec 3<>"/dev/tcp/127.0.0.1/$((port + 1))") 2>/dev/null ||
+      (exec 3<>"/dev/tcp/127.0.0.1/$((port + 2))") 2>/dev/null; do port=$((port + 3)); done
 
 # The example lines of one help text: from "example:" / "examples ...:" to the end, continuation lines joined.
 examples() {
@@ -35,11 +37,13 @@ examples() {
 }
 
 failed=0 ran=0 skipped=0
-for help in "generate" "generate --input x" "model" "tokenize" "chat-template" "serve" "bench" "bench serve"; do
+for help in "generate" "generate --input x" "model" "tokenize" "chat-template" "serve" "bench" "bench serve" "route"; do
   # shellcheck disable=SC2086
   text=$(strata $help --help) || { echo "FAIL: strata $help --help"; failed=$((failed + 1)); continue; }
   while IFS= read -r line; do
     command=${line//8000/$port}
+    command=${command//8001/$((port + 1))}
+    command=${command//8002/$((port + 2))}
     if [[ $gpu == no && $command == *"--device cuda"* ]]; then
       echo "skip (no GPU): $line"; skipped=$((skipped + 1)); continue
     fi
@@ -49,8 +53,10 @@ for help in "generate" "generate --input x" "model" "tokenize" "chat-template" "
       bash -c "exec ${command%%&*}" >"$bin_dir/server.log" 2>&1 &
       servers+=($!)
       up=no
+      listen=$port  # the server's own --port when the line names one
+      [[ $command =~ --port[[:space:]]+([0-9]+) ]] && listen=${BASH_REMATCH[1]}
       for _ in $(seq 600); do
-        if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then up=yes; break; fi
+        if curl -sf "http://127.0.0.1:$listen/health" >/dev/null 2>&1; then up=yes; break; fi
         kill -0 "${servers[-1]}" 2>/dev/null || break
         sleep 0.1
       done
