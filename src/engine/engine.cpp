@@ -16,39 +16,34 @@ Engine::Engine(const model::Model& model, EngineConfig config)
       scheduler_(config.scheduler, pool_),
       runner_(model, pool_, config.observe) {
   if (cfg_.max_model_len < 1) fail("max_model_len must be ≥ 1, got ", cfg_.max_model_len);
+  imported_ = std::make_unique<ImportedStateConnector>(model_, pool_);
+  connectors_.push_back(imported_.get());
+  if (cfg_.cache) {
+    prefix_cache_ = std::make_unique<PrefixCacheConnector>(cfg_.cache, pool_);
+    connectors_.push_back(prefix_cache_.get());
+  }
   PrefixHooks hooks;
   hooks.restore = [this](Sequence& s, model::SequenceState& st) { return restore_on_admission(s, st); };
-  if (cfg_.cache) hooks.chunk_end = [this](const Sequence& s, int64_t start) { return cache_chunk_end(s, start); };
+  if (cfg_.cache) hooks.chunk_end = [this](const Sequence& s, int64_t start) { return chunk_end(s, start); };
   scheduler_.set_prefix_hooks(std::move(hooks));
 }
 
 int64_t Engine::restore_on_admission(Sequence& s, model::SequenceState& state) {
-  if (s.handoff.imported)
-    if (const int64_t n = import_state(s, state); n > 0) return n;
-  return cfg_.cache ? cache_restore(s, state) : 0;
+  for (StateConnector* c : connectors_)
+    if (const int64_t n = c->load(s, state); n > 0) return n;
+  return 0;
 }
 
-int64_t Engine::import_state(Sequence& s, model::SequenceState& state) {
-  // No room for it now: not a reason to give it up. The sequence waits like any other that lacks blocks (or starts
-  // computing, if a first chunk fits), and tries again at its next admission.
-  if (pool_.free_blocks() < pool_.blocks_for_tokens(static_cast<int64_t>(s.prompt.size()))) return 0;
-  try {
-    model_.restore(*s.handoff.imported, state);
-    // The last prompt token is computed here: its logits pick the first token.
-    if (state.num_tokens < 1 || state.num_tokens >= static_cast<int64_t>(s.prompt.size()))
-      fail("an imported state of ", state.num_tokens, " tokens for a prompt of ", s.prompt.size());
-  } catch (const std::exception& e) {
-    state.reset();
-    s.handoff.imported.reset();  // computed here from now on
-    ++totals_.import_failures;
-    std::fprintf(stderr, "strata: request %s: the imported state cannot be used (%s); computing its prompt here\n",
-                 s.request_id.c_str(), e.what());
-    return 0;
-  }
-  ++totals_.imported_states;
-  s.imported = true;
-  if (s.cache && s.output.empty()) s.cache->cached_tokens = s.handoff.imported_cached_tokens;
-  return state.num_tokens;
+int64_t Engine::chunk_end(const Sequence& s, int64_t start) const {
+  int64_t end = INT64_MAX;
+  for (const StateConnector* c : connectors_) end = std::min(end, c->chunk_end(s, start));
+  return end;
+}
+
+int64_t Engine::reported_cached_tokens(Sequence& s) {
+  for (StateConnector* c : connectors_)
+    if (const std::optional<int64_t> n = c->reported_cached_tokens(s)) return *n;
+  return 0;
 }
 
 void Engine::export_state(Sequence& s, std::vector<TokenEvent>& events) {
@@ -56,10 +51,7 @@ void Engine::export_state(Sequence& s, std::vector<TokenEvent>& events) {
   e.state = std::make_shared<const std::string>(model_.snapshot(pool_.slot(s.slot)));
   ++totals_.exported_states;
   totals_.exported_state_bytes += static_cast<int64_t>(e.state->size());
-  if (s.cache) {
-    e.cached_tokens = s.cache->cached_tokens;
-    cfg_.cache->count_miss(static_cast<int64_t>(s.prompt.size()) - e.cached_tokens);
-  }
+  e.cached_tokens = reported_cached_tokens(s);
   events.push_back(std::move(e));
   finish(s, FinishReason::Stop, events, true);
 }
@@ -149,7 +141,8 @@ void Engine::finish(Sequence& seq, FinishReason reason, std::vector<TokenEvent>&
     events.back().finished = true;
     events.back().reason = reason;
   }
-  if (seq.cache) cache_on_finish(seq);
+  if (seq.slot >= 0)
+    for (StateConnector* c : connectors_) c->on_finish(seq, pool_.slot(seq.slot));
   seq.status = SequenceStatus::Finished;
   seq.finish = reason;
   scheduler_.remove(&seq);
@@ -197,9 +190,9 @@ std::vector<TokenEvent> Engine::step() {
   totals_.model_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - model_start).count();
   scheduler_.commit(plan);
   ++totals_.steps;
-  if (cfg_.cache)
-    for (const ScheduledSpan& span : plan.spans)
-      if (Sequence& s = *sequences_.at(span.sequence_id); s.cache) cache_after_step(s);
+  for (const ScheduledSpan& span : plan.spans)
+    if (Sequence& s = *sequences_.at(span.sequence_id); s.slot >= 0)
+      for (StateConnector* c : connectors_) c->after_step(s, pool_.slot(s.slot));
 
   const auto& eos = model_.config().eos_token_ids;
   const int64_t vocab = model_.config().vocab_size;
@@ -228,13 +221,7 @@ std::vector<TokenEvent> Engine::step() {
     s.history.add_output(token);
     ++totals_.generated_tokens;
     TokenEvent e{s.request_id, s.index, token, o.logprob, std::move(o.top_logprobs), false, FinishReason::None, {}, {}};
-    if (first && s.cache) {
-      e.cached_tokens = s.cache->cached_tokens;
-      // Tokens of an imported state were not looked up here: neither hits nor misses of this cache.
-      if (!s.imported) cfg_.cache->count_miss(static_cast<int64_t>(s.prompt.size()) - e.cached_tokens);
-    } else if (first && s.imported) {
-      e.cached_tokens = s.handoff.imported_cached_tokens;
-    }
+    if (first) e.cached_tokens = reported_cached_tokens(s);
     if (span.all_logits) {
       e.logits.assign(o.logits.end() - vocab, o.logits.end());
       if (first) e.prompt_logits = std::move(s.prompt_logits);
@@ -267,6 +254,8 @@ EngineStats Engine::stats() const {
   s.evicted_kept_blocks = pool_.blocks().evicted_blocks();
   s.total_blocks = pool_.limits().blocks;
   s.preemptions = scheduler_.total_preemptions();
+  s.imported_states = imported_->imported();
+  s.import_failures = imported_->failures();
   for (const auto& [id, seq] : sequences_) {
     const auto prompt = static_cast<int64_t>(seq->prompt.size());
     // A preempted sequence waits to recompute its outputs too; that is prefill work all the same.

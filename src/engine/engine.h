@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "cache/prefix_cache.h"
+#include "engine/imported_state_connector.h"
 #include "engine/model_runner.h"
+#include "engine/prefix_cache_connector.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "model/model.h"
@@ -89,22 +91,22 @@ class Engine {
   void finish(Sequence& seq, FinishReason reason, std::vector<TokenEvent>& events, bool with_token);
   // The allowed-token masks of a step's constrained sampling spans (structured outputs), before the forward.
   void build_masks(const std::vector<std::pair<ScheduledSpan*, ConstrainedOutput*>>& spans);
-  // A sequence admitted with nothing computed: the tokens put in place in `state` (an imported state, else the
-  // prefix cache's longest hit; 0: none).
+  // A sequence admitted with nothing computed: the tokens the first connector that has some puts in place.
   int64_t restore_on_admission(Sequence& s, model::SequenceState& state);
-  int64_t import_state(Sequence& s, model::SequenceState& state);
+  int64_t chunk_end(const Sequence& s, int64_t start) const;
+  // On a sequence's first token or state export: the prompt tokens its usage reports as cached.
+  int64_t reported_cached_tokens(Sequence& s);
   void export_state(Sequence& s, std::vector<TokenEvent>& events);
-  // The prefix cache's part of a step (engine_cache.cpp).
-  int64_t cache_restore(Sequence& s, model::SequenceState& state);
-  int64_t cache_chunk_end(const Sequence& s, int64_t start) const;
-  void cache_after_step(Sequence& s);
-  void cache_on_finish(Sequence& s);
 
   const model::Model& model_;
   EngineConfig cfg_;
   model::StatePool pool_;
   Scheduler scheduler_;
   ModelRunner runner_;
+  // The state connectors (engine/state_connector.h), asked in this order.
+  std::unique_ptr<ImportedStateConnector> imported_;
+  std::unique_ptr<PrefixCacheConnector> prefix_cache_;  // null without a cache
+  std::vector<StateConnector*> connectors_;
   std::map<uint64_t, std::unique_ptr<Sequence>> sequences_;  // unfinished, by id
   std::vector<TokenEvent> pending_events_;                   // produced outside step() (aborts, max_tokens 0)
   uint64_t next_id_ = 0;

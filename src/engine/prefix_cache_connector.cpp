@@ -1,9 +1,6 @@
-// The engine's side of the prefix cache (cache/prefix_cache.h): restore at admission, checkpoints in prefill (every
-// N blocks, the prompt's last block boundary, and the end of a prefix seen before), the last block boundary of
-// decode saved when a sequence finishes.
-#include <algorithm>
+#include "engine/prefix_cache_connector.h"
 
-#include "engine/engine.h"
+#include <algorithm>
 
 namespace strata::engine {
 
@@ -21,13 +18,13 @@ void hash_blocks(Sequence& s, int64_t blocks, int64_t block_tokens) {
 
 }  // namespace
 
-int64_t Engine::cache_restore(Sequence& s, model::SequenceState& state) {
+int64_t PrefixCacheConnector::load(Sequence& s, model::SequenceState& state) {
   if (!s.cache) return 0;
-  const int64_t B = cfg_.cache->block_tokens();
+  const int64_t B = cache_->block_tokens();
   // At least one token is left to compute: its logits pick the next token.
   int64_t seen = 0;
   const int64_t restored =
-      cfg_.cache->restore(s.cache->hashes, (s.num_tokens() - 1) / B, state, s.cache->ttl_seconds, &seen);
+      cache_->restore(s.cache->hashes, (s.num_tokens() - 1) / B, state, s.cache->ttl_seconds, &seen);
   s.cache->seen_prefix_end = seen * B > restored ? seen * B : 0;
   // Until the first token, the latest admission is the one the usage reports (an admission can fail for blocks and
   // be retried after other sequences finish).
@@ -35,11 +32,11 @@ int64_t Engine::cache_restore(Sequence& s, model::SequenceState& state) {
   return restored;
 }
 
-int64_t Engine::cache_chunk_end(const Sequence& s, int64_t start) const {
+int64_t PrefixCacheConnector::chunk_end(const Sequence& s, int64_t start) const {
   const auto prompt = static_cast<int64_t>(s.prompt.size());
   if (!s.cache || start >= prompt) return INT64_MAX;
-  const int64_t B = cfg_.cache->block_tokens();
-  const int64_t every = cfg_.cache->config().checkpoint_every_blocks * B;
+  const int64_t B = cache_->block_tokens();
+  const int64_t every = cache_->config().checkpoint_every_blocks * B;
   // The next multiple of `every`, and the prompt's last block boundary short of its end (where a repeat of this
   // prompt, or a longer one that extends it, resumes).
   int64_t end = (start / every + 1) * every;
@@ -49,10 +46,9 @@ int64_t Engine::cache_chunk_end(const Sequence& s, int64_t start) const {
   return end;
 }
 
-void Engine::cache_after_step(Sequence& s) {
-  if (s.slot < 0) return;
-  model::SequenceState& state = pool_.slot(s.slot);
-  const int64_t B = cfg_.cache->block_tokens();
+void PrefixCacheConnector::after_step(Sequence& s, model::SequenceState& state) {
+  if (!s.cache) return;
+  const int64_t B = cache_->block_tokens();
   const int64_t n = state.num_tokens;
   // Full blocks are published in the state pool under their hashes: a sequence admitted later with the same
   // prefix shares them instead of loading copies.
@@ -66,25 +62,30 @@ void Engine::cache_after_step(Sequence& s) {
   const auto prompt = static_cast<int64_t>(s.prompt.size());
   if (n <= prompt) {
     // A prefill checkpoint (cache_chunk_end stopped the span here) or a span that ended here by chance.
-    const int64_t every = cfg_.cache->config().checkpoint_every_blocks * B;
+    const int64_t every = cache_->config().checkpoint_every_blocks * B;
     if (n % every == 0 || n == (prompt - 1) / B * B || n == s.cache->seen_prefix_end)
-      cfg_.cache->save(state, s.cache->hashes, s.cache->ttl_seconds);
+      cache_->save(state, s.cache->hashes, s.cache->ttl_seconds);
     return;
   }
-  s.cache->staged_rows = cfg_.cache->rows_of(state);
+  s.cache->staged_rows = cache_->rows_of(state);
   s.cache->staged_blocks = n / B;
 }
 
-void Engine::cache_on_finish(Sequence& s) {
-  if (s.slot < 0 || s.cache->staged_blocks == 0) return;
-  const model::SequenceState& state = pool_.slot(s.slot);
+void PrefixCacheConnector::on_finish(Sequence& s, const model::SequenceState& state) {
+  if (!s.cache || s.cache->staged_blocks == 0) return;
   if (static_cast<int64_t>(state.blocks.size()) < s.cache->staged_blocks ||
-      state.num_tokens < s.cache->staged_blocks * cfg_.cache->block_tokens())
+      state.num_tokens < s.cache->staged_blocks * cache_->block_tokens())
     return;  // preempted and not recomputed that far again
-  cfg_.cache->save_with_rows(state, s.cache->hashes, s.cache->staged_blocks, std::move(s.cache->staged_rows),
+  cache_->save_with_rows(state, s.cache->hashes, s.cache->staged_blocks, std::move(s.cache->staged_rows),
                              s.cache->ttl_seconds);
   s.cache->staged_rows.clear();
   s.cache->staged_blocks = 0;
+}
+
+std::optional<int64_t> PrefixCacheConnector::reported_cached_tokens(Sequence& s) {
+  if (!s.cache) return std::nullopt;
+  cache_->count_miss(static_cast<int64_t>(s.prompt.size()) - s.cache->cached_tokens);
+  return s.cache->cached_tokens;
 }
 
 }  // namespace strata::engine
