@@ -8,6 +8,9 @@ namespace {
 
 // The largest {m,n} bound: repetition is lowered by copying, so a bound is a size, and a grammar is untrusted input.
 constexpr int32_t kMaxRepeatBound = 1024;
+// Parentheses nest by recursion (here and in lowering and printing): a bound keeps a hostile grammar from
+// overflowing the stack of the thread that compiles it.
+constexpr int kMaxNesting = 1000;
 
 bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
@@ -156,7 +159,9 @@ class Parser {
     }
     if (c == '(') {
       const size_t open = pos_++;
+      if (++depth_ > kMaxNesting) error(cat("parentheses nest deeper than ", kMaxNesting, " levels"), open);
       const uint32_t inner = parse_choice();
+      --depth_;
       skip_space();
       if (pos_ >= text_.size() || text_[pos_] != ')') {
         error(cat("expected ')' to close the '(' at ", where(open), " but found ", describe(text_, pos_)), pos_);
@@ -328,6 +333,7 @@ class Parser {
   std::string_view text_;
   std::string_view root_name_;
   size_t pos_ = 0;
+  int depth_ = 0;
   Grammar g_;
   std::map<std::string, uint32_t> names_;
   std::vector<bool> defined_;

@@ -122,6 +122,16 @@ TEST(GrammarEbnf, ErrorsNameTheProblemAndPosition) {
   expect_error("root ::= \"\xff\"", "not valid UTF-8", 1, 11);
 }
 
+// Parentheses nested past the bound are an error, not a stack overflow (parsing, lowering and printing recurse
+// per level; 64 KB of '(' is within the server's source cap).
+TEST(GrammarEbnf, DeepNestingIsAnErrorNotACrash) {
+  expect_error("root ::= " + std::string(100000, '(') + "\"a\"" + std::string(100000, ')'),
+               "parentheses nest deeper than 1000 levels", 1, 1010);
+  const auto g = compile("root ::= " + std::string(900, '(') + "\"a\" | \"b\"" + std::string(900, ')') + "+");
+  EXPECT_TRUE(accepts(g, "abab"));
+  EXPECT_FALSE(accepts(g, "abc"));
+}
+
 TEST(GrammarEbnf, PrintedGrammarParsesToTheSameLanguage) {
   const Grammar g = parse_ebnf(R"(root ::= ("a" | [^\n"\\\]-] | "\u00e9"){1,3} "\x01" tail?
                                   tail ::= [\U0001F600-\U0001F64F]*)");
