@@ -3,6 +3,8 @@
 #include <map>
 #include <optional>
 
+#include "text/grammar/utf8_ranges.h"
+
 namespace strata::text::grammar {
 namespace {
 
@@ -256,22 +258,9 @@ class Parser {
           error(cat("unknown escape '\\", e, "' in ", context, " (known: \\n \\r \\t \\\\ \\\" \\' \\xHH \\uHHHH \\UHHHHHHHH)"), at);
       }
     }
-    if (b < 0x80) {
-      ++pos_;
-      return b;
-    }
-    const int extra = b >= 0xF0 && b < 0xF5 ? 3 : b >= 0xE0 && b < 0xF0 ? 2 : b >= 0xC2 && b < 0xE0 ? 1 : -1;
-    if (extra < 0) error("the grammar is not valid UTF-8", at);
-    uint32_t cp = b & (extra == 1 ? 0x1F : extra == 2 ? 0x0F : 0x07);
-    ++pos_;
-    for (int i = 0; i < extra; ++i, ++pos_) {
-      if (pos_ >= text_.size() || (static_cast<unsigned char>(text_[pos_]) & 0xC0) != 0x80) {
-        error("the grammar is not valid UTF-8", at);
-      }
-      cp = (cp << 6) | (static_cast<unsigned char>(text_[pos_]) & 0x3F);
-    }
-    if (cp > kMaxCodepoint || (cp >= 0xD800 && cp <= 0xDFFF)) error("the grammar is not valid UTF-8", at);
-    return cp;
+    const std::optional<uint32_t> cp = decode_utf8(text_, pos_);
+    if (!cp) error("the grammar is not valid UTF-8", at);
+    return *cp;
   }
 
   uint32_t read_hex(int digits, size_t at) {

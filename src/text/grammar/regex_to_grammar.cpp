@@ -5,6 +5,7 @@
 
 #include "text/grammar/ebnf_parser.h"
 #include "text/grammar/grammar.h"
+#include "text/grammar/utf8_ranges.h"
 
 namespace strata::text::grammar {
 namespace {
@@ -247,18 +248,11 @@ class RegexParser {
     return v;
   }
 
-  // One code point of the pattern (UTF-8).
+  // One code point of the pattern (well-formed UTF-8: a pattern from a request may hold any bytes).
   uint32_t read_char() {
-    const auto b = static_cast<unsigned char>(re_[pos_]);
-    const int extra = b < 0x80 ? 0 : b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : b >= 0xC0 ? 1 : -1;
-    if (extra < 0) error("the pattern is not valid UTF-8");
-    uint32_t cp = extra == 0 ? b : b & (0x3F >> extra);
-    ++pos_;
-    for (int i = 0; i < extra; ++i) {
-      if (pos_ >= re_.size() || (static_cast<unsigned char>(re_[pos_]) & 0xC0) != 0x80) error("the pattern is not valid UTF-8");
-      cp = (cp << 6) | (static_cast<unsigned char>(re_[pos_++]) & 0x3F);
-    }
-    return cp;
+    const std::optional<uint32_t> cp = decode_utf8(re_, pos_);
+    if (!cp) error("the pattern is not valid UTF-8");
+    return *cp;
   }
 
   // An escape after '\': a class (\d ...) fills `cls` and returns true; otherwise sets `cp`.

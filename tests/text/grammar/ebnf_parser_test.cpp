@@ -120,6 +120,8 @@ TEST(GrammarEbnf, ErrorsNameTheProblemAndPosition) {
   expect_error("root ::= \"\" | \"\"*", "can only produce the empty string", 0, 0);
   expect_error("root ::= a\na ::= \"x\" a", "rule 'a' can never finish", 0, 0);
   expect_error("root ::= \"\xff\"", "not valid UTF-8", 1, 11);
+  expect_error("root ::= \"\xE0\x80\x80\"", "not valid UTF-8", 1, 11);  // overlong NUL
+  expect_error("root ::= [\xF4\x90\x80\x80]", "not valid UTF-8", 1, 11);  // past U+10FFFF
 }
 
 // Parentheses nested past the bound are an error, not a stack overflow (parsing, lowering and printing recurse

@@ -89,6 +89,12 @@ TEST(GrammarRegex, ErrorsNameTheConstructAndColumn) {
   expect_error("a**", "a quantifier cannot follow another quantifier", 3);
   expect_error("a{2}{3}", "a quantifier cannot follow another quantifier", 5);
   expect_error("a*?+", "a quantifier cannot follow another quantifier", 4);
+  // Ill-formed UTF-8 (found by regex_grammar_fuzz: the lead byte FC decoded to U+128A2C, and the converter wrote an
+  // escape its own EBNF parser refused); overlong forms and surrogates likewise.
+  expect_error("ab\xFC\xA8\xA8\xAC", "the pattern is not valid UTF-8", 3);
+  expect_error("[\xC0\xAF]", "the pattern is not valid UTF-8", 2);
+  expect_error("\xED\xA0\x80", "the pattern is not valid UTF-8", 1);
+  expect_error("a\xE4\xBD", "the pattern is not valid UTF-8", 2);
 }
 
 // Groups nested past the bound are an error, not a stack overflow of the compiling thread (found while writing the
