@@ -539,6 +539,8 @@ std::string json_schema_to_ebnf(std::string_view schema_json) {
       }
     }
     throw GrammarError(cat("json schema: ", line, ":", column, ": not valid JSON (", e.what(), ")"), line, column);
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number past a double's range: out_of_range, no position
+    throw GrammarError(cat("json schema: not valid JSON (", e.what(), ")"), 0, 0);
   }
   return SchemaConverter(schema).run();
 }
