@@ -7,6 +7,7 @@
 //   * every token the mask allows is accepted by the matcher, and eos exactly when can_end();
 // and the text of a walk that ended is a whole sentence for a fresh matcher. The vocabulary is every single byte
 // plus a few multi-byte tokens (JSON punctuation, words, UTF-8), so tokens cross rule boundaries as BPE tokens do.
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -65,7 +66,10 @@ inline Walk random_walk(const std::shared_ptr<const text::grammar::CompiledGramm
   std::vector<uint32_t> fast(vocab.mask_words()), brute(vocab.mask_words());
   Walk walk;
   uint32_t state = seed * 2654435761u + 1;
-  for (int step = 0; step < max_steps; ++step) {
+  // Highly ambiguous grammars (a star repeated {0,15} times) make every Earley step slow, and the brute-force mask
+  // tries every token: the walk stops after a time budget, keeping libFuzzer's timeout for real hangs.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  for (int step = 0; step < max_steps && std::chrono::steady_clock::now() < deadline; ++step) {
     m.fill_mask(fast.data());
     std::fill(brute.begin(), brute.end(), 0u);
     std::vector<int32_t> allowed;
