@@ -177,7 +177,6 @@ std::optional<std::string> integer_range_ebnf(const std::optional<BigInteger>& l
   return choice(out);
 }
 
-
 // ---- decimals ----
 
 namespace {
