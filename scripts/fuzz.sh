@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/*_fuzz.cpp) with clang-14 into build-fuzz/ and runs each for a while.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]     (default: 20 seconds each, every target)
-#   scripts/fuzz.sh                  # CI: every target, 20 s each
+#   scripts/fuzz.sh 10               # CI (scripts/test.sh): every target, 10 s each
 #   scripts/fuzz.sh 600 output_parser_fuzz
 # A target's seeds (fuzz/corpus/TARGET/) and dictionary (fuzz/TARGET.dict) are used when present; inputs it
 # finds go to build-fuzz/corpus/TARGET/, and a crashing input to build-fuzz/artifacts/ (rerun it with

@@ -13,7 +13,8 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# Node.js and npm (to fetch test data; the OpenAI-client tests in tests/integration) may come from Debian or from a
+# Node.js and npm (to fetch test data; the OpenAI-client tests in tests/integration; the XGrammar differential and
+# the ajv check in tests/text/grammar/xgrammar) may come from Debian (12: node 18, which both run on) or from a
 # Node.js install of its own; only a missing command counts.
 { command -v node && command -v npm; } >/dev/null 2>&1 || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then

@@ -10,6 +10,7 @@
 #include "backend/cpu/sampling.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
+#include "reference_sampling.h"
 #include "tiny_model.h"
 
 namespace strata::engine {
@@ -31,33 +32,12 @@ std::vector<int32_t> allowed_ids(const model::TokenMask& mask, size_t vocab) {
   return ids;
 }
 
-// The distribution the pick must draw from, the slow obvious way over the allowed tokens alone: sort them most
-// likely first, keep top_k, then those with probability ≥ min_p of the top one, then the shortest prefix reaching
-// top_p of their mass; probabilities ∝ exp(logit / T) over what is kept.
+// The distribution the pick must draw from: reference_sampling.h's filters over the allowed tokens alone.
 std::vector<double> brute_force_probabilities(const std::vector<float>& row, const std::vector<int32_t>& ids,
                                               const model::TokenPick& p) {
-  std::vector<int32_t> order = ids;
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
-  const double top = row[order[0]], inv_t = 1.0 / p.temperature;
-  auto prob = [&](int32_t id) { return std::exp((row[id] - top) * inv_t); };
-  size_t keep = p.top_k > 0 ? std::min(order.size(), static_cast<size_t>(p.top_k)) : order.size();
-  if (p.min_p > 0) {
-    size_t above = 0;
-    while (above < keep && prob(order[above]) >= p.min_p) ++above;
-    keep = std::max<size_t>(above, 1);
-  }
-  double total = 0;
-  for (size_t i = 0; i < keep; ++i) total += prob(order[i]);
-  if (p.top_p < 1) {
-    double mass = 0;
-    size_t k = 0;
-    while (k < keep && mass < p.top_p * total) mass += prob(order[k++]);
-    keep = std::max<size_t>(k, 1);
-    total = 0;
-    for (size_t i = 0; i < keep; ++i) total += prob(order[i]);
-  }
+  const test::ReferenceFilter f = test::reference_filter(row, ids, p.temperature, p.top_k, p.top_p, p.min_p);
   std::vector<double> out(row.size(), 0.0);
-  for (size_t i = 0; i < keep; ++i) out[static_cast<size_t>(order[i])] = prob(order[i]) / total;
+  for (size_t i = 0; i < f.keep; ++i) out[static_cast<size_t>(f.order[i])] = f.prob(f.order[i]) / f.total;
   return out;
 }
 

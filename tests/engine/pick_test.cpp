@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "backend/cpu/sampling.h"
 #include "engine/sampler.h"
+#include "reference_sampling.h"
 #include "tiny_model.h"
 
 namespace strata::engine {
@@ -18,40 +19,21 @@ namespace {
 
 using cpu::pick_token;
 
-// The sampler's semantics written the slow, obvious way: sort the whole vocabulary most likely first (ties by id),
-// keep the top_k, then those with probability ≥ min_p, then the shortest prefix reaching top_p of their mass, and
-// walk the kept set — in id order when nothing was filtered out and top_p is off, else in likelihood order — to the
-// first token whose running mass passes u · total.
+// The sampler's semantics (reference_sampling.h's filters over the whole vocabulary), then the walk over the kept
+// set — in id order when nothing was filtered out and top_p is off, else in likelihood order — to the first token
+// whose running mass passes u · total.
 int32_t reference_pick(const std::vector<float>& logits, const SamplingParams& p, double u) {
   const size_t n = logits.size();
-  std::vector<int32_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  const double top = logits[order[0]], inv_t = 1.0 / p.temperature;
-  auto prob = [&](int32_t id) { return std::exp((logits[id] - top) * inv_t); };
-  size_t keep = p.top_k > 0 ? std::min(n, static_cast<size_t>(p.top_k)) : n;
-  if (p.min_p > 0) {
-    size_t above = 0;
-    while (above < keep && prob(order[above]) >= p.min_p) ++above;
-    keep = std::max<size_t>(above, 1);
-  }
-  double total = 0;
-  for (size_t i = 0; i < keep; ++i) total += prob(order[i]);
-  if (p.top_p < 1) {
-    double mass = 0;
-    size_t k = 0;
-    while (k < keep && mass < p.top_p * total) mass += prob(order[k++]);
-    keep = std::max<size_t>(k, 1);
-    total = 0;
-    for (size_t i = 0; i < keep; ++i) total += prob(order[i]);
-  }
-  const bool by_id = keep == n && p.top_p >= 1;
-  if (by_id) std::iota(order.begin(), order.end(), 0);
+  std::vector<int32_t> all(n);
+  std::iota(all.begin(), all.end(), 0);
+  test::ReferenceFilter f = test::reference_filter(logits, all, p.temperature, p.top_k, p.top_p, p.min_p);
+  const bool by_id = f.keep == n && p.top_p >= 1;
+  if (by_id) f.order = all;
   double acc = 0;
   int32_t id = 0;
-  for (size_t i = 0; i < keep; ++i) {
-    id = order[i];
-    if ((acc += prob(id)) > u * total) break;
+  for (size_t i = 0; i < f.keep; ++i) {
+    id = f.order[i];
+    if ((acc += f.prob(id)) > u * f.total) break;
   }
   return id;
 }

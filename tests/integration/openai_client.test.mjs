@@ -356,7 +356,7 @@ describe('structured outputs and tool_choice', () => {
     await assert.rejects(client.completions.create({ model: MODEL, prompt: 'x', structured_outputs: { grammar: 'root ::= "a" |\n  ( b' } }),
                          (e) => e.status === 400 && /2:\d+/.test(e.message));
     await expectError(client.chat.completions.create({ model: MODEL, messages: USER,
-                                                       response_format: { type: 'json_schema', json_schema: { name: 'n', schema: { type: 'number', minimum: 0 } } } }),
+                                                       response_format: { type: 'json_schema', json_schema: { name: 'n', schema: { type: 'number', multipleOf: 2 } } } }),
                       { status: 400, param: 'response_format.json_schema.schema' });
   });
 });

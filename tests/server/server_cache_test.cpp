@@ -9,6 +9,7 @@
 #include "server/server.h"
 #include "server/http_test_client.h"
 #include "server/served_model.h"
+#include "server/served_server.h"
 
 namespace strata::server {
 namespace {
@@ -18,39 +19,28 @@ using test::HttpReply;
 using test::HttpTestClient;
 using test::http_request;
 
-class ServerCache : public ::testing::Test {
+class ServerCache : public test::ServedServer<ServerCache> {
  protected:
   static void SetUpTestSuite() {
     if (!test::have_tokenizer()) return;
-    const std::string& dir = test::served_model_dir();
-    tokenizer_ = new text::Tokenizer(text::Tokenizer::load(dir));
-    model_ = new model::v4::Model(model::v4::load_model(dir));
     engine::EngineConfig ec;
     ec.max_model_len = 4096;
     ec.pool = {8, 64};
-    cache::CacheConfig cc;
-    cc.store.writer_thread = false;
-    ec.cache = std::make_shared<cache::PrefixCache>(*model_, cc);
     ServerConfig sc;
     sc.port = 0;
     sc.api_keys = {"alice-key", "bob-key"};
-    server_ = new Server(*model_, *tokenizer_, ec, sc);
-    server_->start();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    delete model_;
-    delete tokenizer_;
-    server_ = nullptr;
+    start(test::served_model_dir(), ec, sc, [](engine::EngineConfig& e, const model::v4::Model& model) {
+      cache::CacheConfig cc;
+      cc.store.writer_thread = false;
+      e.cache = std::make_shared<cache::PrefixCache>(model, cc);
+    });
   }
   void SetUp() override {
-    if (!server_) GTEST_SKIP() << "needs the DeepSeek tokenizer in " << test::tokenizer_v3_dir() << " (scripts/setup.sh)";
+    skip_unless_started("needs the DeepSeek tokenizer in " + test::tokenizer_v3_dir() + " (scripts/setup.sh)");
   }
   static HttpReply send(const std::string& method, const std::string& path, const std::string& body,
                         const std::string& key) {
-    HttpTestClient c(server_->port());
-    c.send(http_request(method, path, body, {"Authorization: Bearer " + key}));
-    return c.read_reply();
+    return request(method, path, body, {"Authorization: Bearer " + key});
   }
   static json complete(const json& body, const std::string& key = "alice-key", int status = 200) {
     const HttpReply reply = send("POST", "/v1/completions", body.dump(), key);
@@ -63,14 +53,7 @@ class ServerCache : public ::testing::Test {
     return {{"prompt", ids}, {"max_tokens", 4}, {"temperature", 0}, {"logprobs", 3}};
   }
   static int64_t cached(const json& r) { return r["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(); }
-
-  static text::Tokenizer* tokenizer_;
-  static model::v4::Model* model_;
-  static Server* server_;
 };
-text::Tokenizer* ServerCache::tokenizer_ = nullptr;
-model::v4::Model* ServerCache::model_ = nullptr;
-Server* ServerCache::server_ = nullptr;
 
 TEST_F(ServerCache, ARepeatedPromptIsServedFromTheCacheWithTheSameAnswer) {
   const json body = prompt_body(300, 1);

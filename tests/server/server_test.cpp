@@ -9,6 +9,7 @@
 #include "model/deepseek_v4/model.h"
 #include "server/http_test_client.h"
 #include "server/served_model.h"
+#include "server/served_server.h"
 #include "text/chat_encoding.h"
 #include "text/tokenizer.h"
 
@@ -44,36 +45,21 @@ ServerConfig server_config() {
 
 const json kHello = json::array({{{"role", "user"}, {"content", "Hello! Tell me a story."}}});
 
-class ServerEndToEnd : public ::testing::Test {
+class ServerEndToEnd : public test::ServedServer<ServerEndToEnd> {
  protected:
   static void SetUpTestSuite() {
-    if (!test::have_tokenizer()) return;
-    const std::string& dir = test::served_model_dir();
-    tokenizer_ = new text::Tokenizer(text::Tokenizer::load(dir));
-    model_ = new model::v4::Model(model::v4::load_model(dir));
-    server_ = new Server(*model_, *tokenizer_, engine_config(), server_config());
-    server_->start();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    delete model_;
-    delete tokenizer_;
-    server_ = nullptr;
+    if (test::have_tokenizer()) start(test::served_model_dir(), engine_config(), server_config());
   }
   void SetUp() override {
-    if (!server_) GTEST_SKIP() << "needs the DeepSeek tokenizer in " << test::tokenizer_v3_dir() << " (scripts/setup.sh)";
+    skip_unless_started("needs the DeepSeek tokenizer in " + test::tokenizer_v3_dir() + " (scripts/setup.sh)");
   }
 
   static HttpReply send(const std::string& method, const std::string& path, const std::string& body = "",
                         std::vector<std::string> headers = {std::string("Authorization: Bearer ") + kKey}) {
-    HttpTestClient c(server_->port());
-    c.send(http_request(method, path, body, headers));
-    return c.read_reply();
+    return request(method, path, body, headers);
   }
   static json post(const std::string& path, const json& body, int expected_status = 200) {
-    const HttpReply reply = send("POST", path, body.dump());
-    EXPECT_EQ(reply.status, expected_status) << reply.body;
-    return json::parse(reply.body);
+    return post_json(path, body, expected_status, {std::string("Authorization: Bearer ") + kKey});
   }
   static std::vector<json> stream(const std::string& path, const json& body) {
     const HttpReply reply = send("POST", path, body.dump());
@@ -105,14 +91,7 @@ class ServerEndToEnd : public ::testing::Test {
     if (at == std::string::npos) return -1;
     return std::stod(text.substr(at + name_and_labels.size() + 2));
   }
-
-  static text::Tokenizer* tokenizer_;
-  static model::v4::Model* model_;
-  static Server* server_;
 };
-text::Tokenizer* ServerEndToEnd::tokenizer_ = nullptr;
-model::v4::Model* ServerEndToEnd::model_ = nullptr;
-Server* ServerEndToEnd::server_ = nullptr;
 
 json chat_body(json extra = json::object()) {
   json body = {{"model", "tiny-v4"}, {"messages", kHello}, {"max_tokens", 8}, {"ignore_eos", true}, {"temperature", 0}};

@@ -3,11 +3,16 @@
 #include <map>
 #include <optional>
 
+#include "text/grammar/utf8_ranges.h"
+
 namespace strata::text::grammar {
 namespace {
 
 // The largest {m,n} bound: repetition is lowered by copying, so a bound is a size, and a grammar is untrusted input.
 constexpr int32_t kMaxRepeatBound = 1024;
+// Parentheses nest by recursion (here and in lowering and printing): a bound keeps a hostile grammar from
+// overflowing the stack of the thread that compiles it.
+constexpr int kMaxNesting = 1000;
 
 bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
@@ -156,7 +161,9 @@ class Parser {
     }
     if (c == '(') {
       const size_t open = pos_++;
+      if (++depth_ > kMaxNesting) error(cat("parentheses nest deeper than ", kMaxNesting, " levels"), open);
       const uint32_t inner = parse_choice();
+      --depth_;
       skip_space();
       if (pos_ >= text_.size() || text_[pos_] != ')') {
         error(cat("expected ')' to close the '(' at ", where(open), " but found ", describe(text_, pos_)), pos_);
@@ -251,22 +258,9 @@ class Parser {
           error(cat("unknown escape '\\", e, "' in ", context, " (known: \\n \\r \\t \\\\ \\\" \\' \\xHH \\uHHHH \\UHHHHHHHH)"), at);
       }
     }
-    if (b < 0x80) {
-      ++pos_;
-      return b;
-    }
-    const int extra = b >= 0xF0 && b < 0xF5 ? 3 : b >= 0xE0 && b < 0xF0 ? 2 : b >= 0xC2 && b < 0xE0 ? 1 : -1;
-    if (extra < 0) error("the grammar is not valid UTF-8", at);
-    uint32_t cp = b & (extra == 1 ? 0x1F : extra == 2 ? 0x0F : 0x07);
-    ++pos_;
-    for (int i = 0; i < extra; ++i, ++pos_) {
-      if (pos_ >= text_.size() || (static_cast<unsigned char>(text_[pos_]) & 0xC0) != 0x80) {
-        error("the grammar is not valid UTF-8", at);
-      }
-      cp = (cp << 6) | (static_cast<unsigned char>(text_[pos_]) & 0x3F);
-    }
-    if (cp > kMaxCodepoint || (cp >= 0xD800 && cp <= 0xDFFF)) error("the grammar is not valid UTF-8", at);
-    return cp;
+    const std::optional<uint32_t> cp = decode_utf8(text_, pos_);
+    if (!cp) error("the grammar is not valid UTF-8", at);
+    return *cp;
   }
 
   uint32_t read_hex(int digits, size_t at) {
@@ -328,6 +322,7 @@ class Parser {
   std::string_view text_;
   std::string_view root_name_;
   size_t pos_ = 0;
+  int depth_ = 0;
   Grammar g_;
   std::map<std::string, uint32_t> names_;
   std::vector<bool> defined_;

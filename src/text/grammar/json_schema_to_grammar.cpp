@@ -2,12 +2,14 @@
 
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "text/grammar/ebnf_parser.h"
+#include "text/grammar/number_range.h"
 #include "text/grammar/regex_to_grammar.h"
 
 namespace strata::text::grammar {
@@ -17,6 +19,8 @@ using Json = nlohmann::ordered_json;  // ordered: properties come out in the sch
 
 constexpr const char* kWs = "[ \\n\\t]*";
 constexpr int64_t kMaxCount = 1024;  // the EBNF repetition bound
+// Sub-schemas are converted by recursion: a bound keeps a hostile schema from overflowing the stack.
+constexpr int kMaxSchemaNesting = 128;
 
 // The shared JSON rules. Whitespace is written inline at each use, not as a shared `ws` rule: then each run knows
 // what may follow it, which keeps most tokens decidable by the mask cache (token_mask.h).
@@ -66,7 +70,8 @@ const std::set<std::string>& annotations() {
 const std::set<std::string>& supported_keywords() {
   static const std::set<std::string> k = {"type", "properties", "required", "additionalProperties", "enum", "const",
                                           "items", "minItems", "maxItems", "anyOf", "oneOf", "allOf", "$ref",
-                                          "$defs", "definitions", "minLength", "maxLength", "pattern", "format"};
+                                          "$defs", "definitions", "minLength", "maxLength", "pattern", "format",
+                                          "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
   return k;
 }
 
@@ -164,6 +169,17 @@ class SchemaConverter {
   }
 
   std::string expr(const Json& schema, const std::string& pointer) {
+    if (depth_ >= kMaxSchemaNesting) {
+      problem(pointer, cat("schemas nest deeper than ", kMaxSchemaNesting, " levels"));
+      return "json-value";
+    }
+    ++depth_;
+    std::string out = expr_at_depth(schema, pointer);
+    --depth_;
+    return out;
+  }
+
+  std::string expr_at_depth(const Json& schema, const std::string& pointer) {
     if (schema.is_boolean()) {
       if (!schema.get<bool>()) problem(pointer, "the schema false accepts no value");
       return "json-value";
@@ -251,6 +267,9 @@ class SchemaConverter {
     } else if (schema.contains("minLength") || schema.contains("maxLength") || schema.contains("pattern") ||
                schema.contains("format")) {
       types.push_back("string");
+    } else if (schema.contains("minimum") || schema.contains("maximum") || schema.contains("exclusiveMinimum") ||
+               schema.contains("exclusiveMaximum")) {
+      types.push_back("number");
     } else {
       return "json-value";
     }
@@ -281,12 +300,95 @@ class SchemaConverter {
     if (type == "object") return object_expr(schema, pointer);
     if (type == "array") return array_expr(schema, pointer);
     if (type == "string") return string_expr(schema, pointer);
-    if (type == "number") return "json-number";
-    if (type == "integer") return "json-integer";
+    if (type == "number") return number_expr(schema, pointer);
+    if (type == "integer") return integer_expr(schema, pointer);
     if (type == "boolean") return "(\"true\" | \"false\")";
     if (type == "null") return "\"null\"";
     problem(pointer + "/type", cat("unknown type '", type, "' (object, array, string, number, integer, boolean, null)"));
     return "json-value";
+  }
+
+  // The integer bound a keyword sets (lower: the least integer allowed; upper: the greatest), or nullopt: the
+  // keyword's decimal value (decimal_bound) rounded inward, in decimal digits (a double such as 1e30 is past the
+  // integers a double can step through).
+  std::optional<BigInteger> integer_bound(const Json& schema, const char* key, bool lower, bool exclusive,
+                                          const std::string& pointer) {
+    const std::optional<DecimalBound> d = decimal_bound(schema, key, exclusive, pointer);
+    if (!d) return std::nullopt;
+    const BigInteger whole = BigInteger::parse((d->negative ? "-" : "") + d->integer);  // truncated toward zero
+    if (d->fraction.empty()) {
+      if (!exclusive) return whole;
+      return lower ? whole.plus_one() : whole.minus_one();
+    }
+    // A fraction: the nearest integer inside is one step from the truncation, on the side away from the bound.
+    if (lower) return d->negative ? whole : whole.plus_one();
+    return d->negative ? whole.minus_one() : whole;
+  }
+
+  // Draft 4 wrote exclusive bounds as booleans beside minimum / maximum.
+  bool draft4_exclusive(const Json& schema, const char* flag, const char* bound, const std::string& pointer) {
+    if (!schema.contains(flag) || !schema[flag].is_boolean()) return false;
+    if (schema[flag].get<bool>() && !schema.contains(bound)) {
+      problem(pointer + "/" + flag, cat("true (draft 4) needs ", bound, " beside it"));
+    }
+    return schema[flag].get<bool>();
+  }
+
+  // minimum / maximum / exclusiveMinimum / exclusiveMaximum on an integer: exactly the integers in range
+  // (number_range.h); when a bound is given twice the tighter one holds.
+  std::string integer_expr(const Json& schema, const std::string& pointer) {
+    const bool min_exclusive = draft4_exclusive(schema, "exclusiveMinimum", "minimum", pointer);
+    const bool max_exclusive = draft4_exclusive(schema, "exclusiveMaximum", "maximum", pointer);
+    std::optional<BigInteger> lo = integer_bound(schema, "minimum", true, min_exclusive, pointer);
+    std::optional<BigInteger> hi = integer_bound(schema, "maximum", false, max_exclusive, pointer);
+    if (auto b = integer_bound(schema, "exclusiveMinimum", true, true, pointer); b && (!lo || compare(*b, *lo) > 0)) lo = b;
+    if (auto b = integer_bound(schema, "exclusiveMaximum", false, true, pointer); b && (!hi || compare(*b, *hi) < 0)) hi = b;
+    if (!lo && !hi) return "json-integer";
+    const std::optional<std::string> range = integer_range_ebnf(lo, hi);
+    if (!range) {
+      problem(pointer, cat("no integer is within the bounds (at least ", lo->to_string(), ", at most ",
+                           hi->to_string(), ")"));
+      return "json-integer";
+    }
+    return new_rule(*range);
+  }
+
+  // The decimal bound a keyword sets, or nullopt. A double comes back as its shortest round-trip decimal (what the
+  // schema's author wrote, for any bound a double holds exactly as written).
+  std::optional<DecimalBound> decimal_bound(const Json& schema, const char* key, bool exclusive,
+                                            const std::string& pointer) {
+    if (!schema.contains(key)) return std::nullopt;
+    const Json& v = schema[key];
+    if (v.is_boolean()) return std::nullopt;  // draft 4's exclusiveMinimum: true, read with minimum
+    if (!v.is_number()) {
+      problem(pointer + "/" + key, cat("must be a number, found ", v.type_name()));
+      return std::nullopt;
+    }
+    return DecimalBound::parse(v.dump(), exclusive);
+  }
+
+  // minimum / maximum / exclusive... on a number: exactly the values in range, spelled without an exponent
+  // (number_range.h says why); when a bound is given twice the tighter one holds.
+  std::string number_expr(const Json& schema, const std::string& pointer) {
+    const bool min_exclusive = draft4_exclusive(schema, "exclusiveMinimum", "minimum", pointer);
+    const bool max_exclusive = draft4_exclusive(schema, "exclusiveMaximum", "maximum", pointer);
+    std::optional<DecimalBound> lo = decimal_bound(schema, "minimum", min_exclusive, pointer);
+    std::optional<DecimalBound> hi = decimal_bound(schema, "maximum", max_exclusive, pointer);
+    if (auto b = decimal_bound(schema, "exclusiveMinimum", true, pointer); b && (!lo || compare(*b, *lo) >= 0)) lo = b;
+    if (auto b = decimal_bound(schema, "exclusiveMaximum", true, pointer); b && (!hi || compare(*b, *hi) <= 0)) hi = b;
+    if (!lo && !hi) return "json-number";
+    const std::optional<std::string> range = decimal_range_ebnf(lo, hi);
+    if (!range) {
+      problem(pointer, cat("no number is within the bounds (", lo ? (lo->exclusive ? "above " : "at least ") : "",
+                           lo ? schema_number(*lo) : "", lo && hi ? ", " : "", hi ? (hi->exclusive ? "below " : "at most ") : "",
+                           hi ? schema_number(*hi) : "", ")"));
+      return "json-number";
+    }
+    return new_rule(*range);
+  }
+
+  static std::string schema_number(const DecimalBound& b) {
+    return (b.negative ? "-" : "") + b.integer + (b.fraction.empty() ? "" : "." + b.fraction);
   }
 
   std::string object_expr(const Json& schema, const std::string& pointer) {
@@ -413,6 +515,7 @@ class SchemaConverter {
   }
 
   const Json& root_;
+  int depth_ = 0;
   std::vector<std::string> rules_;
   std::map<std::string, std::string> ref_rules_;
   std::vector<std::string> unsupported_;
@@ -436,6 +539,8 @@ std::string json_schema_to_ebnf(std::string_view schema_json) {
       }
     }
     throw GrammarError(cat("json schema: ", line, ":", column, ": not valid JSON (", e.what(), ")"), line, column);
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number past a double's range: out_of_range, no position
+    throw GrammarError(cat("json schema: not valid JSON (", e.what(), ")"), 0, 0);
   }
   return SchemaConverter(schema).run();
 }

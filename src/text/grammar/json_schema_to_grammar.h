@@ -6,15 +6,18 @@
 // oneOf (as alternatives: oneOf's "exactly one" is not enforced); allOf with a single member; $ref to "#", to
 // "#/$defs/..." and "#/definitions/..." (recursion allowed); string minLength / maxLength, pattern (regex_to_grammar.h,
 // unanchored as JSON Schema says) and the regular formats date, time, date-time, uuid, email, ipv4, hostname;
-// boolean schemas true / false-free. Annotations (title, description, default, examples, $schema, $id, $comment,
-// deprecated, readOnly, writeOnly) are ignored; every other keyword is an error that lists them all with their JSON
-// pointers.
+// boolean schemas true / false-free; minimum, maximum, exclusiveMinimum, exclusiveMaximum (draft 4's boolean
+// exclusive forms too) as exact digit ranges (number_range.h). Annotations (title, description, default, examples,
+// $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored; every other keyword is an error that lists
+// them all with their JSON pointers.
 //
 // Policies (docs/grammar.md):
 // - Whitespace: any run of spaces, tabs and newlines where JSON allows whitespace (as XGrammar's default), so models
 //   that pretty-print still match; output length is bounded by max_tokens, not by the grammar.
 // - Objects: declared properties in the schema's order, then (when additionalProperties allows) extra members with
 //   any other string key. A missing additionalProperties means false, as in OpenAI's strict mode and XGrammar.
+// - Bounded numbers: integers in canonical form, other numbers without an exponent (every value keeps a spelling),
+//   zero never as "-0".
 #include <string>
 #include <string_view>
 

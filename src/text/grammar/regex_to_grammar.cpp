@@ -5,11 +5,16 @@
 
 #include "text/grammar/ebnf_parser.h"
 #include "text/grammar/grammar.h"
+#include "text/grammar/utf8_ranges.h"
 
 namespace strata::text::grammar {
 namespace {
 
 constexpr int32_t kMaxRegexRepeat = 1024;  // the EBNF parser's bound, checked here to report the regex column
+// Groups nest by recursion (here and in every later pass over the expression): a bound keeps a hostile pattern
+// from overflowing the stack of the thread that compiles it. Each level writes at most three EBNF parentheses
+// (group, alternation, quantifier), well inside the EBNF parser's bound of 1000.
+constexpr int kMaxRegexNesting = 200;
 
 using Ranges = std::vector<CodepointRange>;
 
@@ -208,8 +213,28 @@ class RegexParser {
       if (atom.empty()) error_at(atom_pos, "a quantifier needs something to repeat");
       if (pos_ < re_.size() && re_[pos_] == '?') ++pos_;  // lazy: same language
       atom = "(" + atom + ")" + suffix;
+      // ECMA-262 repeats an atom, never a quantified one: `a**` and `a{2}{3}` are syntax errors (and `a*+` would be
+      // possessive in PCRE, another language).
+      if (pos_ < re_.size() && (re_[pos_] == '*' || re_[pos_] == '+' || re_[pos_] == '?' || quantifier_at(pos_))) {
+        error("a quantifier cannot follow another quantifier (wrap the first in a group)");
+      }
+      break;
     }
     return atom;
+  }
+
+  // A '{' at `at` that starts a quantifier {m}, {m,} or {m,n} (otherwise ECMA Annex B reads it as a literal).
+  bool quantifier_at(size_t at) const {
+    if (at >= re_.size() || re_[at] != '{') return false;
+    size_t p = at + 1;
+    const size_t digits = p;
+    while (p < re_.size() && re_[p] >= '0' && re_[p] <= '9') ++p;
+    if (p == digits) return false;
+    if (p < re_.size() && re_[p] == ',') {
+      ++p;
+      while (p < re_.size() && re_[p] >= '0' && re_[p] <= '9') ++p;
+    }
+    return p < re_.size() && re_[p] == '}';
   }
 
   uint32_t read_hex(int digits) {
@@ -223,18 +248,11 @@ class RegexParser {
     return v;
   }
 
-  // One code point of the pattern (UTF-8).
+  // One code point of the pattern (well-formed UTF-8: a pattern from a request may hold any bytes).
   uint32_t read_char() {
-    const auto b = static_cast<unsigned char>(re_[pos_]);
-    const int extra = b < 0x80 ? 0 : b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : b >= 0xC0 ? 1 : -1;
-    if (extra < 0) error("the pattern is not valid UTF-8");
-    uint32_t cp = extra == 0 ? b : b & (0x3F >> extra);
-    ++pos_;
-    for (int i = 0; i < extra; ++i) {
-      if (pos_ >= re_.size() || (static_cast<unsigned char>(re_[pos_]) & 0xC0) != 0x80) error("the pattern is not valid UTF-8");
-      cp = (cp << 6) | (static_cast<unsigned char>(re_[pos_++]) & 0x3F);
-    }
-    return cp;
+    const std::optional<uint32_t> cp = decode_utf8(re_, pos_);
+    if (!cp) error("the pattern is not valid UTF-8");
+    return *cp;
   }
 
   // An escape after '\': a class (\d ...) fills `cls` and returns true; otherwise sets `cp`.
@@ -343,7 +361,9 @@ class RegexParser {
       } else if (pos_ < re_.size() && re_[pos_] == '?') {
         error_at(at, "unknown group modifier '(?'");
       }
+      if (++depth_ > kMaxRegexNesting) error_at(at, cat("groups nest deeper than ", kMaxRegexNesting, " levels"));
       std::string inner = parse_alternation(false);
+      --depth_;
       if (pos_ >= re_.size() || re_[pos_] != ')') error_at(at, "group is not closed by ')'");
       ++pos_;
       return inner.empty() ? "" : "(" + inner + ")";
@@ -375,6 +395,7 @@ class RegexParser {
   std::string_view re_;
   RegexOptions options_;
   size_t pos_ = 0;
+  int depth_ = 0;
   bool top_level_alternation_ = false;
 };
 

@@ -67,4 +67,24 @@ std::vector<Utf8Sequence> utf8_sequences(const std::vector<CodepointRange>& rang
   return out;
 }
 
+std::optional<uint32_t> decode_utf8(std::string_view text, size_t& pos) {
+  if (pos >= text.size()) return std::nullopt;
+  const auto b = static_cast<uint8_t>(text[pos]);
+  if (b < 0x80) {
+    ++pos;
+    return b;
+  }
+  const int n = b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+  if (n == 0 || pos + static_cast<size_t>(n) > text.size()) return std::nullopt;
+  uint32_t cp = b & (0x7F >> n);
+  for (int i = 1; i < n; ++i) {
+    const auto c = static_cast<uint8_t>(text[pos + static_cast<size_t>(i)]);
+    if ((c & 0xC0) != 0x80) return std::nullopt;
+    cp = (cp << 6) | (c & 0x3F);
+  }
+  if (cp <= kMaxForLength[n - 2] || cp > kMaxCodepoint || (cp >= 0xD800 && cp <= 0xDFFF)) return std::nullopt;
+  pos += static_cast<size_t>(n);
+  return cp;
+}
+
 }  // namespace strata::text::grammar

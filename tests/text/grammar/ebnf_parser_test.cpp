@@ -120,6 +120,18 @@ TEST(GrammarEbnf, ErrorsNameTheProblemAndPosition) {
   expect_error("root ::= \"\" | \"\"*", "can only produce the empty string", 0, 0);
   expect_error("root ::= a\na ::= \"x\" a", "rule 'a' can never finish", 0, 0);
   expect_error("root ::= \"\xff\"", "not valid UTF-8", 1, 11);
+  expect_error("root ::= \"\xE0\x80\x80\"", "not valid UTF-8", 1, 11);  // overlong NUL
+  expect_error("root ::= [\xF4\x90\x80\x80]", "not valid UTF-8", 1, 11);  // past U+10FFFF
+}
+
+// Parentheses nested past the bound are an error, not a stack overflow (parsing, lowering and printing recurse
+// per level; 64 KB of '(' is within the server's source cap).
+TEST(GrammarEbnf, DeepNestingIsAnErrorNotACrash) {
+  expect_error("root ::= " + std::string(100000, '(') + "\"a\"" + std::string(100000, ')'),
+               "parentheses nest deeper than 1000 levels", 1, 1010);
+  const auto g = compile("root ::= " + std::string(900, '(') + "\"a\" | \"b\"" + std::string(900, ')') + "+");
+  EXPECT_TRUE(accepts(g, "abab"));
+  EXPECT_FALSE(accepts(g, "abc"));
 }
 
 TEST(GrammarEbnf, PrintedGrammarParsesToTheSameLanguage) {

@@ -97,7 +97,7 @@ void expect_error(std::string_view json, const std::string& message) {
 TEST(GrammarJsonSchema, UnsupportedKeywordsAreListedNeverIgnored) {
   expect_error(R"({"type": "object", "properties": {"n": {"type": "number", "minimum": 0, "multipleOf": 2}},
                   "patternProperties": {}})",
-               "unsupported keywords: /patternProperties, /properties/n/minimum, /properties/n/multipleOf");
+               "unsupported keywords: /patternProperties, /properties/n/multipleOf");
   expect_error(R"({"allOf": [{"type": "string"}, {"maxLength": 3}]})", "/allOf (with more than one schema)");
   expect_error(R"({"type": "string", "format": "uri"})", "/format (\"uri\")");
   expect_error(R"({"type": "string", "pattern": "a", "maxLength": 3})", "pattern, format and minLength/maxLength together");
@@ -114,6 +114,23 @@ TEST(GrammarJsonSchema, BadSchemasNameTheProblem) {
   expect_error(R"({"type": "string", "pattern": "(a"})", "/pattern: regex: column 1: group is not closed");
   expect_error(R"(false)", "the schema false accepts no value");
   expect_error(R"({"properties": {"a": 3}})", "/properties/a: a schema must be an object or a boolean");
+  // A number past a double's range is nlohmann's out_of_range, not a parse_error: it escaped the converter as a
+  // foreign exception (found by json_schema_grammar_fuzz with '1e31305').
+  expect_error(R"({"type": "integer", "minimum": 1e31305})", "json schema: not valid JSON ([json.exception.out_of_range.406]");
+}
+
+// Sub-schemas nested past the bound are an error, not a stack overflow of the request worker.
+TEST(GrammarJsonSchema, DeepNestingIsAnErrorNotACrash) {
+  std::string deep;
+  for (int i = 0; i < 5000; ++i) deep += R"({"type": "array", "items": )";
+  deep += "{}" + std::string(5000, '}');
+  expect_error(deep, "schemas nest deeper than 128 levels");
+  std::string ok;
+  for (int i = 0; i < 100; ++i) ok += R"({"type": "array", "items": )";
+  ok += R"({"type": "integer"})" + std::string(100, '}');
+  const auto g = schema(ok);
+  EXPECT_TRUE(accepts(g, std::string(100, '[') + "7" + std::string(100, ']')));
+  EXPECT_FALSE(accepts(g, std::string(99, '[') + "7" + std::string(99, ']')));
 }
 
 }  // namespace

@@ -85,6 +85,33 @@ TEST(GrammarRegex, ErrorsNameTheConstructAndColumn) {
   expect_error("\\p{L}", "Unicode property escapes", 1);
   expect_error("^a|b$", "ambiguous", 1);
   expect_error("\\q", "unknown escape '\\q'", 1);
+  // ECMA-262 repeats atoms only: a second quantifier is a syntax error, not a repetition of a repetition.
+  expect_error("a**", "a quantifier cannot follow another quantifier", 3);
+  expect_error("a{2}{3}", "a quantifier cannot follow another quantifier", 5);
+  expect_error("a*?+", "a quantifier cannot follow another quantifier", 4);
+  // Ill-formed UTF-8 (found by regex_grammar_fuzz: the lead byte FC decoded to U+128A2C, and the converter wrote an
+  // escape its own EBNF parser refused); overlong forms and surrogates likewise.
+  expect_error("ab\xFC\xA8\xA8\xAC", "the pattern is not valid UTF-8", 3);
+  expect_error("[\xC0\xAF]", "the pattern is not valid UTF-8", 2);
+  expect_error("\xED\xA0\x80", "the pattern is not valid UTF-8", 1);
+  expect_error("a\xE4\xBD", "the pattern is not valid UTF-8", 2);
+}
+
+// Groups nested past the bound are an error, not a stack overflow of the compiling thread (found while writing the
+// fuzz target: 64 KB of '(' — the server's source cap — recursed four frames per level).
+TEST(GrammarRegex, DeepNestingIsAnErrorNotACrash) {
+  const std::string deep = std::string(100000, '(') + "a" + std::string(100000, ')');
+  expect_error(deep, "groups nest deeper than 200 levels", 201);
+  const std::string ok = std::string(150, '(') + "a|b" + std::string(150, ')') + "*";
+  const auto g = regex(ok);
+  EXPECT_TRUE(accepts(g, "abba"));
+  EXPECT_FALSE(accepts(g, "abc"));
+  // The EBNF the converter writes for the deepest allowed pattern stays inside the EBNF parser's bound.
+  RegexOptions search;
+  search.search = true;
+  search.json_string = true;
+  const std::string deepest = std::string(200, '(') + "[\"a]|b*" + std::string(200, ')') + "+";
+  EXPECT_NO_THROW(CompiledGrammar::from_ebnf("root ::= " + regex_to_ebnf(deepest, search), byte_vocab()));
 }
 
 }  // namespace
