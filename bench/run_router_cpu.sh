@@ -35,11 +35,12 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMP_WAIT_POLICY=PASSIVE
 commit=${COMMIT:-$(bash scripts/provenance.sh --commit)}
-"$build/strata" model init --preset tiny --layers 1 --seed 0 --tokenizer-from .deps/tokenizer-deepseek_v3 \
-  --out "$work/tiny1" >/dev/null
+"$build/strata" model init --preset tiny --layers 1 --seed 0 --out "$work/tiny1" >/dev/null
 
 python3 - "$build/strata" "$work" "$out" "$commit" "${PORT:-18100}" <<'EOF'
-import json, os, re, statistics, subprocess, sys, time, urllib.request
+import json, os, re, subprocess, sys, time, urllib.request
+sys.path.insert(0, "bench")
+from ascii_tokenizer import write_ascii_tokenizer
 strata, work, out, commit, port = sys.argv[1:]
 port = int(port)
 repeats = int(os.environ.get("REPEATS", "3"))
@@ -139,7 +140,8 @@ for policy in ("round_robin", "least_load", "cache_aware"):
               f"{decisions}", file=sys.stderr)
 
 # Overhead at 1,000 requests/s.
-shape = ["--input-len", "128", "--output-len", "1", "--concurrency", "512", "--token-ids", "1000:30000", "--model", "m"]
+write_ascii_tokenizer(f"{work}/tiny1")
+shape = ["--input-len", "128", "--output-len", "1", "--concurrency", "512", "--token-ids", "0:510", "--model", "m"]
 load = ["--rate", "1000", "--num-prompts", os.environ.get("OVERHEAD_PROMPTS", "5000"), *shape, "--seed", "1"]
 warm = ["--rate", "1000", "--num-prompts", "1000", *shape, "--seed", "2"]  # opens the connections, faults in pages
 runs = []
@@ -179,8 +181,9 @@ median = dict(runs[len(runs) // 2])
 median["all_runs"] = [{"internal_us_p50": round(x["internal_us"]["p50"], 1), "internal_us_p99": round(x["internal_us"]["p99"], 1),
                        "external_us_p50": round(x["external_us"]["p50"], 1), "external_us_p99": round(x["external_us"]["p99"], 1)}
                       for x in runs]
-median["config"] = {"replica": "strata serve of `strata model init --preset tiny --layers 1 --seed 0 --tokenizer-from "
-                               ".deps/tokenizer-deepseek_v3`, --max-num-seqs 256 --cache off, OMP_NUM_THREADS=1",
+median["config"] = {"replica": "strata serve of `strata model init --preset tiny --layers 1 --seed 0` with the 512-id "
+                               "ASCII tokenizer of bench/ascii_tokenizer.py, --max-num-seqs 256 --cache off, "
+                               "OMP_NUM_THREADS=1",
                     "router": "strata route --policy cache_aware --model models/demo (one --backend)",
                     "load": "strata bench serve " + " ".join(load) + ", after a warm-up run of " + " ".join(warm) +
                             " (directly and through the router alike)",
@@ -194,32 +197,5 @@ result = {k: result[k] for k in ("benchmark", "device", "date", "commit", "comma
 json.dump(result, open(out, "w"), indent=2)
 print("wrote " + out, file=sys.stderr)
 
-# The plot: TTFT p50 / p99 and the cache hit rate per policy and dataset.
-png = out[:-5] + ".png"
-rows = []
-for name in datasets:
-    for policy in ("round_robin", "least_load", "cache_aware"):
-        r = result["policies"][policy][name]["results"]
-        rows.append(f'"{name}\\n{policy}" {r["ttft_ms"]["median"]} {r["ttft_ms"]["p99"]} {100 * (r.get("prefix_cache_hit_rate") or 0)}')
-open(f"{work}/plot.dat", "w").write("\n".join(rows) + "\n")
-script = f"""set terminal pngcairo size 1100,520 font ",10"
-set output "{png}"
-set title "strata route, 2 CPU replicas of the demo model ({result['date'][:10]}, {commit[:12]})"
-set style data histogram
-set style histogram cluster gap 1
-set style fill solid 0.8 border -1
-set ylabel "TTFT (ms)"
-set y2label "prefix-cache hit rate (%)"
-set y2range [0:100]
-set ytics nomirror
-set y2tics
-set xtics font ",8"
-set key top left
-plot "{work}/plot.dat" using 2:xtic(1) title "TTFT p50", "" using 3 title "TTFT p99", "" using 4 axes x1y2 title "cache hit rate"
-"""
-try:
-    subprocess.run(["gnuplot"], input=script.encode(), check=True)
-    print("wrote " + png, file=sys.stderr)
-except Exception as e:
-    print(f"no plot: {e}", file=sys.stderr)
+subprocess.run([sys.executable, "bench/plot_router.py", out], check=False)
 EOF
