@@ -25,7 +25,7 @@ with tempfile.TemporaryDirectory() as work:
             rows.append(f'"{name}\\n{policy}" {r["ttft_ms"]["median"]} {r["ttft_ms"]["p99"]} {hit}')
     data = os.path.join(work, "plot.dat")
     open(data, "w").write("\n".join(rows) + "\n")
-    script = f"""set terminal pngcairo size 1100,520 font ",10"
+    script = f"""set terminal pngcairo size 1100,520 font ",10" noenhanced
 set output "{png}"
 set title "strata route, 2 CPU replicas of the demo model ({result['date'][:10]}, {result['commit'][:12]})"
 set style data histogram
