@@ -25,6 +25,8 @@
 #      Each is run REPEATS times (default 3), alternating direct and routed; the run with the median routed p99
 #      is kept in full and every run's numbers are listed.
 # Usage (repo root, after scripts/setup.sh and a build): bash bench/run_router_cpu.sh [BUILD_DIR] [OUT_JSON]
+# PARTS: policies,overhead (default both; bench/results/ has the policies from this machine's 2 cores and the
+# overhead from a 16-core host, where the replica, the router and the client each have cores of their own).
 # COMMIT: the commit BUILD_DIR was built from (default: scripts/provenance.sh --commit). A quick trial run:
 # REPEATS=1 NUM_PREFIXES=4 OVERHEAD_PROMPTS=500 (the defaults are what the results file records).
 set -euo pipefail
@@ -45,6 +47,7 @@ strata, work, out, commit, port = sys.argv[1:]
 port = int(port)
 repeats = int(os.environ.get("REPEATS", "3"))
 num_prefixes = int(os.environ.get("NUM_PREFIXES", "25"))
+parts = os.environ.get("PARTS", "policies,overhead").split(",")
 
 def start(args, log, env=None):
     f = open(log, "w")
@@ -117,7 +120,7 @@ slo = ["--slo-ttft-ms", "1000", "--slo-tpot-ms", "100"]
 result = {"benchmark": "router", "commit": commit, "policies": {}, "overhead": {}}
 keep = ("completed", "failed", "duration_s", "request_throughput", "output_token_throughput", "goodput",
         "prefix_cache_hit_rate", "ttft_ms", "tpot_ms", "e2e_ms")
-for policy in ("round_robin", "least_load", "cache_aware"):
+for policy in ("round_robin", "least_load", "cache_aware") if "policies" in parts else ():
     result["policies"][policy] = {}
     for name, args in datasets.items():
         replicas = [serve("models/demo", port + 1), serve("models/demo", port + 2)]
@@ -145,7 +148,7 @@ shape = ["--input-len", "128", "--output-len", "1", "--concurrency", "512", "--t
 load = ["--rate", "1000", "--num-prompts", os.environ.get("OVERHEAD_PROMPTS", "5000"), *shape, "--seed", "1"]
 warm = ["--rate", "1000", "--num-prompts", "1000", *shape, "--seed", "2"]  # opens the connections, faults in pages
 runs = []
-for i in range(repeats):
+for i in range(repeats if "overhead" in parts else 0):
     replica = serve(f"{work}/tiny1", port + 1, ["--max-num-seqs", "256", "--cache", "off"])
     rlog = f"{work}/route.log"
     router = start(["route", "--port", str(port), "--policy", "cache_aware", "--model", "models/demo",
@@ -177,7 +180,7 @@ for i in range(repeats):
           f"{r['ttft_ms']['median']:.2f}/{r['ttft_ms']['p99']:.2f} ms; rate {d['request_throughput']:.0f}/"
           f"{r['request_throughput']:.0f} req/s", file=sys.stderr)
 runs.sort(key=lambda x: x["internal_us"]["p99"])
-median = dict(runs[len(runs) // 2])
+median = dict(runs[len(runs) // 2]) if runs else {}
 median["all_runs"] = [{"internal_us_p50": round(x["internal_us"]["p50"], 1), "internal_us_p99": round(x["internal_us"]["p99"], 1),
                        "external_us_p50": round(x["external_us"]["p50"], 1), "external_us_p99": round(x["external_us"]["p99"], 1)}
                       for x in runs]
@@ -188,14 +191,19 @@ median["config"] = {"replica": "strata serve of `strata model init --preset tiny
                     "load": "strata bench serve " + " ".join(load) + ", after a warm-up run of " + " ".join(warm) +
                             " (directly and through the router alike)",
                     "repeats": f"{repeats}, kept: the run with the median internal p99"}
-result["overhead"] = median
+if runs:
+    result["overhead"] = median
 result["commands"] = {"policies": "strata route --policy P --backend R1 --backend R2 --health-interval 0.5; "
                                   "strata bench serve --model m --slo-ttft-ms 1000 --slo-tpot-ms 100 + the dataset's flags",
                       "datasets": {k: " ".join(v) for k, v in datasets.items()},
                       "replicas": "OMP_NUM_THREADS=1 strata serve --model models/demo (defaults: cache on)"}
-result = {k: result[k] for k in ("benchmark", "device", "date", "commit", "commands", "policies", "overhead")}
+if "device" not in result:  # only the overhead ran: its bench serve runs say where and when
+    result.update(device=direct["device"], date=direct["date"])
+result = {k: result[k] for k in ("benchmark", "device", "date", "commit", "commands", "policies", "overhead")
+          if result[k] or k in ("benchmark",)}
 json.dump(result, open(out, "w"), indent=2)
 print("wrote " + out, file=sys.stderr)
 
-subprocess.run([sys.executable, "bench/plot_router.py", out], check=False)
+if result.get("policies"):
+    subprocess.run([sys.executable, "bench/plot_router.py", out], check=False)
 EOF
