@@ -13,8 +13,8 @@
 #      alternation would send every group to one replica and look cache-aware by accident.
 #      Reported per run: TTFT / TPOT / E2E, goodput (TTFT ≤ 1 s and TPOT ≤ 100 ms), the prefix-cache hit rate the
 #      replicas' usage reported, and the router's decisions by reason.
-#   2. Overhead: what the router adds per request at 1,000 requests/s. A replica of a 1-layer tiny model (so the
-#      replica can keep up) is loaded with 5,000 one-token requests (128-token prompts: one block to hash) at a
+#   2. Overhead: what the router adds per request at 1,000 requests/s. A replica of a 1-layer tiny model
+#      (OVERHEAD_THREADS model threads, default 8, so that it comes near 1,000/s) is loaded with 5,000 one-token requests (128-token prompts: one block to hash) at a
 #      Poisson rate of 1,000/s, once directly and once through `strata route --policy cache_aware` (the costliest
 #      policy: it parses, hashes and consults the index), each after a warm-up run of 1,000. Two measures:
 #        internal   the router's own time per request, from its /metrics summary: request read → last byte
@@ -37,12 +37,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMP_WAIT_POLICY=PASSIVE
 commit=${COMMIT:-$(bash scripts/provenance.sh --commit)}
-"$build/strata" model init --preset tiny --layers 1 --seed 0 --out "$work/tiny1" >/dev/null
+"$build/strata" model init --preset tiny --layers 1 --seed 0 --tokenizer-from .deps/tokenizer-deepseek_v3 \
+  --out "$work/tiny1" >/dev/null
 
 python3 - "$build/strata" "$work" "$out" "$commit" "${PORT:-18100}" <<'EOF'
 import json, os, re, subprocess, sys, time, urllib.request
-sys.path.insert(0, "bench")
-from ascii_tokenizer import write_ascii_tokenizer
 strata, work, out, commit, port = sys.argv[1:]
 port = int(port)
 repeats = int(os.environ.get("REPEATS", "3"))
@@ -102,8 +101,8 @@ def bench(url, args, out_json):
                     *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return json.load(open(out_json))
 
-def serve(model, p, extra=()):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+def serve(model, p, extra=(), threads="1"):
+    env = dict(os.environ, OMP_NUM_THREADS=threads)
     log = f"{work}/serve{p}.log"
     proc = start(["serve", "--model", model, "--port", str(p), "--served-model-name", "m", *extra], log, env)
     wait_up(f"http://127.0.0.1:{p}", proc, log)
@@ -143,13 +142,13 @@ for policy in ("round_robin", "least_load", "cache_aware") if "policies" in part
               f"{decisions}", file=sys.stderr)
 
 # Overhead at 1,000 requests/s.
-write_ascii_tokenizer(f"{work}/tiny1")
-shape = ["--input-len", "128", "--output-len", "1", "--concurrency", "512", "--token-ids", "0:510", "--model", "m"]
+shape = ["--input-len", "128", "--output-len", "1", "--concurrency", "512", "--token-ids", "1000:30000", "--model", "m"]
+threads = os.environ.get("OVERHEAD_THREADS", "8")  # the replica's model threads: enough that it nears 1,000/s
 load = ["--rate", "1000", "--num-prompts", os.environ.get("OVERHEAD_PROMPTS", "5000"), *shape, "--seed", "1"]
 warm = ["--rate", "1000", "--num-prompts", "1000", *shape, "--seed", "2"]  # opens the connections, faults in pages
 runs = []
 for i in range(repeats if "overhead" in parts else 0):
-    replica = serve(f"{work}/tiny1", port + 1, ["--max-num-seqs", "256", "--cache", "off"])
+    replica = serve(f"{work}/tiny1", port + 1, ["--max-num-seqs", "256", "--cache", "off"], threads)
     rlog = f"{work}/route.log"
     router = start(["route", "--port", str(port), "--policy", "cache_aware", "--model", "models/demo",
                     "--backend", f"http://127.0.0.1:{port + 1}"], rlog)
@@ -184,9 +183,8 @@ median = dict(runs[len(runs) // 2]) if runs else {}
 median["all_runs"] = [{"internal_us_p50": round(x["internal_us"]["p50"], 1), "internal_us_p99": round(x["internal_us"]["p99"], 1),
                        "external_us_p50": round(x["external_us"]["p50"], 1), "external_us_p99": round(x["external_us"]["p99"], 1)}
                       for x in runs]
-median["config"] = {"replica": "strata serve of `strata model init --preset tiny --layers 1 --seed 0` with the 512-id "
-                               "ASCII tokenizer of bench/ascii_tokenizer.py, --max-num-seqs 256 --cache off, "
-                               "OMP_NUM_THREADS=1",
+median["config"] = {"replica": "strata serve of `strata model init --preset tiny --layers 1 --seed 0 --tokenizer-from "
+                               f".deps/tokenizer-deepseek_v3`, --max-num-seqs 256 --cache off, OMP_NUM_THREADS={threads}",
                     "router": "strata route --policy cache_aware --model models/demo (one --backend)",
                     "load": "strata bench serve " + " ".join(load) + ", after a warm-up run of " + " ".join(warm) +
                             " (directly and through the router alike)",
