@@ -13,8 +13,8 @@
 #      alternation would send every group to one replica and look cache-aware by accident.
 #      Reported per run: TTFT / TPOT / E2E, goodput (TTFT ≤ 1 s and TPOT ≤ 100 ms), the prefix-cache hit rate the
 #      replicas' usage reported, and the router's decisions by reason.
-#   2. Overhead: what the router adds per request at 1,000 requests/s. A replica of a 1-layer tiny model (so the
-#      replica can keep up) is loaded with 5,000 one-token requests (128-token prompts: one block to hash) at a
+#   2. Overhead: what the router adds per request at 1,000 requests/s. A replica of a 1-layer tiny model
+#      (OVERHEAD_THREADS model threads, default 8, so that it comes near 1,000/s) is loaded with 5,000 one-token requests (128-token prompts: one block to hash) at a
 #      Poisson rate of 1,000/s, once directly and once through `strata route --policy cache_aware` (the costliest
 #      policy: it parses, hashes and consults the index), each after a warm-up run of 1,000. Two measures:
 #        internal   the router's own time per request, from its /metrics summary: request read → last byte
@@ -25,6 +25,8 @@
 #      Each is run REPEATS times (default 3), alternating direct and routed; the run with the median routed p99
 #      is kept in full and every run's numbers are listed.
 # Usage (repo root, after scripts/setup.sh and a build): bash bench/run_router_cpu.sh [BUILD_DIR] [OUT_JSON]
+# PARTS: policies,overhead (default both; bench/results/ has the policies from this machine's 2 cores and the
+# overhead from a 16-core host, where the replica, the router and the client each have cores of their own).
 # COMMIT: the commit BUILD_DIR was built from (default: scripts/provenance.sh --commit). A quick trial run:
 # REPEATS=1 NUM_PREFIXES=4 OVERHEAD_PROMPTS=500 (the defaults are what the results file records).
 set -euo pipefail
@@ -39,11 +41,12 @@ commit=${COMMIT:-$(bash scripts/provenance.sh --commit)}
   --out "$work/tiny1" >/dev/null
 
 python3 - "$build/strata" "$work" "$out" "$commit" "${PORT:-18100}" <<'EOF'
-import json, os, re, statistics, subprocess, sys, time, urllib.request
+import json, os, re, subprocess, sys, time, urllib.request
 strata, work, out, commit, port = sys.argv[1:]
 port = int(port)
 repeats = int(os.environ.get("REPEATS", "3"))
 num_prefixes = int(os.environ.get("NUM_PREFIXES", "25"))
+parts = os.environ.get("PARTS", "policies,overhead").split(",")
 
 def start(args, log, env=None):
     f = open(log, "w")
@@ -98,8 +101,8 @@ def bench(url, args, out_json):
                     *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return json.load(open(out_json))
 
-def serve(model, p, extra=()):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+def serve(model, p, extra=(), threads="1"):
+    env = dict(os.environ, OMP_NUM_THREADS=threads)
     log = f"{work}/serve{p}.log"
     proc = start(["serve", "--model", model, "--port", str(p), "--served-model-name", "m", *extra], log, env)
     wait_up(f"http://127.0.0.1:{p}", proc, log)
@@ -116,7 +119,7 @@ slo = ["--slo-ttft-ms", "1000", "--slo-tpot-ms", "100"]
 result = {"benchmark": "router", "commit": commit, "policies": {}, "overhead": {}}
 keep = ("completed", "failed", "duration_s", "request_throughput", "output_token_throughput", "goodput",
         "prefix_cache_hit_rate", "ttft_ms", "tpot_ms", "e2e_ms")
-for policy in ("round_robin", "least_load", "cache_aware"):
+for policy in ("round_robin", "least_load", "cache_aware") if "policies" in parts else ():
     result["policies"][policy] = {}
     for name, args in datasets.items():
         replicas = [serve("models/demo", port + 1), serve("models/demo", port + 2)]
@@ -140,11 +143,12 @@ for policy in ("round_robin", "least_load", "cache_aware"):
 
 # Overhead at 1,000 requests/s.
 shape = ["--input-len", "128", "--output-len", "1", "--concurrency", "512", "--token-ids", "1000:30000", "--model", "m"]
+threads = os.environ.get("OVERHEAD_THREADS", "8")  # the replica's model threads: enough that it nears 1,000/s
 load = ["--rate", "1000", "--num-prompts", os.environ.get("OVERHEAD_PROMPTS", "5000"), *shape, "--seed", "1"]
 warm = ["--rate", "1000", "--num-prompts", "1000", *shape, "--seed", "2"]  # opens the connections, faults in pages
 runs = []
-for i in range(repeats):
-    replica = serve(f"{work}/tiny1", port + 1, ["--max-num-seqs", "256", "--cache", "off"])
+for i in range(repeats if "overhead" in parts else 0):
+    replica = serve(f"{work}/tiny1", port + 1, ["--max-num-seqs", "256", "--cache", "off"], threads)
     rlog = f"{work}/route.log"
     router = start(["route", "--port", str(port), "--policy", "cache_aware", "--model", "models/demo",
                     "--backend", f"http://127.0.0.1:{port + 1}"], rlog)
@@ -175,51 +179,29 @@ for i in range(repeats):
           f"{r['ttft_ms']['median']:.2f}/{r['ttft_ms']['p99']:.2f} ms; rate {d['request_throughput']:.0f}/"
           f"{r['request_throughput']:.0f} req/s", file=sys.stderr)
 runs.sort(key=lambda x: x["internal_us"]["p99"])
-median = dict(runs[len(runs) // 2])
+median = dict(runs[len(runs) // 2]) if runs else {}
 median["all_runs"] = [{"internal_us_p50": round(x["internal_us"]["p50"], 1), "internal_us_p99": round(x["internal_us"]["p99"], 1),
                        "external_us_p50": round(x["external_us"]["p50"], 1), "external_us_p99": round(x["external_us"]["p99"], 1)}
                       for x in runs]
 median["config"] = {"replica": "strata serve of `strata model init --preset tiny --layers 1 --seed 0 --tokenizer-from "
-                               ".deps/tokenizer-deepseek_v3`, --max-num-seqs 256 --cache off, OMP_NUM_THREADS=1",
+                               f".deps/tokenizer-deepseek_v3`, --max-num-seqs 256 --cache off, OMP_NUM_THREADS={threads}",
                     "router": "strata route --policy cache_aware --model models/demo (one --backend)",
                     "load": "strata bench serve " + " ".join(load) + ", after a warm-up run of " + " ".join(warm) +
                             " (directly and through the router alike)",
                     "repeats": f"{repeats}, kept: the run with the median internal p99"}
-result["overhead"] = median
+if runs:
+    result["overhead"] = median
 result["commands"] = {"policies": "strata route --policy P --backend R1 --backend R2 --health-interval 0.5; "
                                   "strata bench serve --model m --slo-ttft-ms 1000 --slo-tpot-ms 100 + the dataset's flags",
                       "datasets": {k: " ".join(v) for k, v in datasets.items()},
                       "replicas": "OMP_NUM_THREADS=1 strata serve --model models/demo (defaults: cache on)"}
-result = {k: result[k] for k in ("benchmark", "device", "date", "commit", "commands", "policies", "overhead")}
+if "device" not in result:  # only the overhead ran: its bench serve runs say where and when
+    result.update(device=direct["device"], date=direct["date"])
+result = {k: result[k] for k in ("benchmark", "device", "date", "commit", "commands", "policies", "overhead")
+          if result[k] or k in ("benchmark",)}
 json.dump(result, open(out, "w"), indent=2)
 print("wrote " + out, file=sys.stderr)
 
-# The plot: TTFT p50 / p99 and the cache hit rate per policy and dataset.
-png = out[:-5] + ".png"
-rows = []
-for name in datasets:
-    for policy in ("round_robin", "least_load", "cache_aware"):
-        r = result["policies"][policy][name]["results"]
-        rows.append(f'"{name}\\n{policy}" {r["ttft_ms"]["median"]} {r["ttft_ms"]["p99"]} {100 * (r.get("prefix_cache_hit_rate") or 0)}')
-open(f"{work}/plot.dat", "w").write("\n".join(rows) + "\n")
-script = f"""set terminal pngcairo size 1100,520 font ",10"
-set output "{png}"
-set title "strata route, 2 CPU replicas of the demo model ({result['date'][:10]}, {commit[:12]})"
-set style data histogram
-set style histogram cluster gap 1
-set style fill solid 0.8 border -1
-set ylabel "TTFT (ms)"
-set y2label "prefix-cache hit rate (%)"
-set y2range [0:100]
-set ytics nomirror
-set y2tics
-set xtics font ",8"
-set key top left
-plot "{work}/plot.dat" using 2:xtic(1) title "TTFT p50", "" using 3 title "TTFT p99", "" using 4 axes x1y2 title "cache hit rate"
-"""
-try:
-    subprocess.run(["gnuplot"], input=script.encode(), check=True)
-    print("wrote " + png, file=sys.stderr)
-except Exception as e:
-    print(f"no plot: {e}", file=sys.stderr)
+if result.get("policies"):
+    subprocess.run([sys.executable, "bench/plot_router.py", out], check=False)
 EOF

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The layers' include rules (docs/architecture.md): nothing in model/ or backend/ includes engine/ (the seam is
-# plain data going down); engine/, server/, cli/ and bench/ know a model only through the family's interface
+# plain data going down); engine/, server/, router/, cli/ and bench/ know a model only through the family's interface
 # (model/model.h, model/model_family.h), never a variant's folder (model/deepseek_v4/); and the family's own
 # headers in model/ name no variant either (model_family.cpp is the one file that picks one).
 # Usage: layering_test.sh SRC_ROOT, or layering_test.sh --self-test (a tree that breaks each rule must fail).
@@ -10,8 +10,8 @@ check() {
   local src=$1 bad=0 hits
   hits=$(grep -rnE '#include "engine/' "$src/model" "$src/backend" 2>/dev/null || true)
   [ -n "$hits" ] && { echo "model/ or backend/ includes engine/:"; echo "$hits"; bad=1; }
-  hits=$(grep -rnE '#include "model/deepseek_v4/' "$src/engine" "$src/server" "$src/cli" "$src/bench" 2>/dev/null || true)
-  [ -n "$hits" ] && { echo "engine/, server/, cli/ or bench/ include a model variant's folder:"; echo "$hits"; bad=1; }
+  hits=$(grep -rnE '#include "model/deepseek_v4/' "$src/engine" "$src/server" "$src/router" "$src/cli" "$src/bench" 2>/dev/null || true)
+  [ -n "$hits" ] && { echo "engine/, server/, router/, cli/ or bench/ include a model variant's folder:"; echo "$hits"; bad=1; }
   hits=$(grep -nE '#include "model/deepseek_v4/' "$src"/model/*.h 2>/dev/null || true)
   [ -n "$hits" ] && { echo "a family header in model/ includes a variant's folder:"; echo "$hits"; bad=1; }
   return $bad

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -115,6 +117,50 @@ class StickyKeys {
   std::unordered_map<std::string, std::pair<size_t, std::list<std::string>::iterator>> map_;
 };
 
+// Bodies of this size or more are parsed and tokenized on the preparer's thread instead of the I/O thread.
+constexpr size_t kPrepareInlineBytes = 16 << 10;
+
+// One thread that runs jobs in order of arrival: the preparation of large requests.
+class Preparer {
+ public:
+  Preparer() : thread_([this] { run(); }) {}
+  ~Preparer() { stop(); }
+  void post(std::function<void()> job) {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    jobs_.push_back(std::move(job));
+    cv_.notify_one();
+  }
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+      cv_.notify_all();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+        if (stopping_) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
 }  // namespace
 
 // One client request on the router thread, from its hand-over to its answer.
@@ -123,6 +169,7 @@ struct Proxied {
   http::verb method = http::verb::post;
   std::string target, body, authorization;
   bool completion = false;             // placed by the policy (else /v1/models: any healthy replica)
+  bool chat = false;                   // /v1/chat/completions (else /v1/completions)
   std::vector<int32_t> prompt;         // the first prompt's tokens, when tokenized
   bool tokenized = false;
   std::string cache_key;               // prompt_cache_key
@@ -138,6 +185,10 @@ struct Router::Impl {
 
   // Front (the HTTP server's I/O thread).
   void handle(std::shared_ptr<HttpExchange> exchange);
+  // Parses a completion request (and tokenizes it for cache-aware routing): an error answer when it is malformed.
+  // Any thread: it reads only the request and the tokenizer.
+  std::optional<HttpResponse> prepare(Proxied& p) const;
+  void prepared(std::shared_ptr<Proxied> p, std::optional<HttpResponse> error);
   void hand_over(std::shared_ptr<Proxied> p);
 
   // Router thread.
@@ -177,6 +228,7 @@ struct Router::Impl {
   bool stopping_ = false;  // the I/O thread's copy of shutting_down_, once everything is being closed
 
   std::atomic<bool> shutting_down_{false};
+  Preparer preparer_;
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -281,20 +333,34 @@ void Router::Impl::handle(std::shared_ptr<HttpExchange> exchange) {
     return exchange->respond(error_response(404, "no route for " + req.method + " " + path, "invalid_request_error", "not_found"));
   if (!expect_method("POST")) return;
   if (shutting_down_) return exchange->respond(error_response(503, "the router is shutting down", "server_error", ""));
+  p->completion = true;
+  p->body = req.body;
+  p->chat = chat;
+  // A large body (a long prompt to parse and tokenize) is prepared off the I/O thread, so it never stalls the
+  // streams the router is passing through meanwhile.
+  if (p->body.size() < kPrepareInlineBytes) {
+    std::optional<HttpResponse> error = prepare(*p);
+    return prepared(std::move(p), std::move(error));
+  }
+  preparer_.post([this, p] {
+    std::optional<HttpResponse> error = prepare(*p);
+    http_->post([this, p, error = std::move(error)]() mutable { prepared(std::move(p), std::move(error)); });
+  });
+}
+
+std::optional<HttpResponse> Router::Impl::prepare(Proxied& p) const {
   // The replicas' own parser (with their limits left to them): a malformed request is answered here, with the
   // error a replica would give, and never costs a replica a round trip.
   server::ProtocolLimits limits;
   limits.max_n = limits.max_prompts = limits.max_stop_strings = limits.max_stop_bytes = int64_t{1} << 30;
   server::CompletionRequest parsed;
   try {
-    parsed = server::parse_completion_request(chat ? server::Endpoint::kChatCompletions : server::Endpoint::kCompletions,
-                                              req.body, limits);
+    parsed = server::parse_completion_request(p.chat ? server::Endpoint::kChatCompletions : server::Endpoint::kCompletions,
+                                              p.body, limits);
   } catch (const server::RequestError& e) {
-    return exchange->respond(HttpResponse{e.status(), "application/json", server::error_body(e), {}});
+    return HttpResponse{e.status(), "application/json", server::error_body(e), {}};
   }
-  p->completion = true;
-  p->body = req.body;
-  p->cache_key = parsed.prompt_cache_key;
+  p.cache_key = parsed.prompt_cache_key;
   if (cfg_.tokenizer && cfg_.policy == Policy::CacheAware) {
     // As a replica tokenizes it; what a replica would refuse (or a grammar, which would need compiling here) is
     // routed by load and refused there.
@@ -304,11 +370,16 @@ void Router::Impl::handle(std::shared_ptr<HttpExchange> exchange) {
     rules.served_model_name = parsed.model;
     try {
       server::TokenizedPrompts t = server::tokenize_prompts(parsed, *cfg_.tokenizer, rules);
-      p->prompt = std::move(t.prompts.front());
-      p->tokenized = true;
+      p.prompt = std::move(t.prompts.front());
+      p.tokenized = true;
     } catch (const Error&) {
     }
   }
+  return std::nullopt;
+}
+
+void Router::Impl::prepared(std::shared_ptr<Proxied> p, std::optional<HttpResponse> error) {
+  if (error) return answer(*p, std::move(*error));
   hand_over(std::move(p));
 }
 
@@ -795,6 +866,7 @@ void Router::wait() {
     if (!m.cv_.wait_for(lock, std::chrono::seconds(10), [&] { return m.quiet_; }))
       m.log("warning: requests or checks still running at shutdown");
   }
+  m.preparer_.stop();
   m.http_->stop();
   std::lock_guard lock(m.mu_);
   m.stopped_ = true;

@@ -2,10 +2,11 @@
 // The router: an OpenAI-compatible front door over N replicas of `strata serve` (docs/router.md). The same API;
 // streams are passed through chunk for chunk.
 //
-// Threads: the front HTTP server's I/O thread (server/http_server.h) parses each completion request (and, for
-// cache-aware routing, tokenizes it as the replicas do) and hands it to the router thread, which owns everything
-// else — the replicas' health and load reports, the prefix index, the policy's decision, and the upstream
-// connections (Boost.Asio coroutines, kept-alive per replica) — so none of that state needs a lock.
+// Threads: the front HTTP server's I/O thread (server/http_server.h) runs everything — parsing each completion
+// request (and, for cache-aware routing, tokenizing it as the replicas do), the replicas' health and load reports,
+// the prefix index, the policy's decision, and the upstream connections (Boost.Asio coroutines on the same event
+// loop, kept alive per replica) — so none of that state needs a lock and no request changes threads. Only a large
+// body (a long prompt) is parsed and tokenized on a second thread, so it cannot stall the streams in flight.
 //
 // Failure behaviour: a replica is checked every health interval (GET /strata/v1/load); it is ejected after
 // `eject_after` failed checks in a row (or at once when a request cannot connect to it) and re-admitted after

@@ -82,6 +82,20 @@ TEST(RouteCli, ConfigFileReplicasAndOptionsAndTheRoutersOwnErrors) {
   r = http_get(router.port(), "/health");
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.json()["healthy_replicas"], 2);
+
+  // Large bodies are parsed off the I/O thread: answered the same way, passed on byte for byte.
+  nlohmann::json big = {{"prompt", std::vector<int32_t>(6000, 1234)}, {"max_tokens", 1}};
+  c.send(http_request("POST", "/v1/completions", big.dump()));
+  r = c.read_reply();
+  EXPECT_EQ(r.status, 200) << r.body;
+  const std::vector<ScriptedRequest> got = a.completions().size() == 3 ? a.completions() : b.completions();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got.back().body, big.dump());
+  big["max_tokens"] = -1;
+  c.send(http_request("POST", "/v1/completions", big.dump()));
+  r = c.read_reply();
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.json()["error"]["param"], "max_tokens");
 }
 
 TEST(RouteCli, DecodeReplicasAreToldTheLeastLoadedHealthyPrefillReplica) {

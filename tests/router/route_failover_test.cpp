@@ -78,7 +78,7 @@ TEST(RouteFailover, KilledReplicaFailsItsStreamsClearlyAndRejoinsWhenRestarted) 
   const int n = kSanitized ? 4 : 8;
   std::vector<StreamResult> results;
   std::atomic<int> first_bytes{0};
-  std::vector<std::thread> streams = start_streams(router.port(), n, kSanitized ? 150 : 300, results, first_bytes);
+  std::vector<std::thread> streams = start_streams(router.port(), n, kSanitized ? 60 : 120, results, first_bytes);
   const bool all_streaming = eventually([&] { return first_bytes.load() == n; }, 60 * patience());
   ::kill(r1.child.pid, SIGKILL);  // mid-stream: least load spread the streams over both replicas
   for (std::thread& t : streams) t.join();
@@ -131,7 +131,7 @@ TEST(RouteFailover, WedgedReplicaIsEjectedWithinBoundedTimeAndItsStreamEndsWithA
 
   std::vector<StreamResult> results;
   std::atomic<int> first_bytes{0};
-  std::vector<std::thread> streams = start_streams(router.port(), 2, kSanitized ? 150 : 300, results, first_bytes);
+  std::vector<std::thread> streams = start_streams(router.port(), 2, kSanitized ? 60 : 120, results, first_bytes);
   const bool both_streaming = eventually([&] { return first_bytes.load() == 2; }, 60 * patience());
   ::kill(r2.child.pid, SIGSTOP);
   const auto stopped = std::chrono::steady_clock::now();

@@ -2,6 +2,7 @@
 // Starting `strata serve` replicas and a `strata route` in front of them as child processes, and reading the
 // router's /metrics: what the multi-process router tests share.
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,10 +25,11 @@ inline uint16_t printed_port(Child& child, const std::string& marker, double tim
 // Slow machines (sanitizers) get more time for everything that waits on a process.
 inline double patience() { return kSanitized ? 4.0 : 1.0; }
 
-// A `strata serve` of the tests' tiny model on `port` (0: any); port() is 0 when it did not come up.
+// A `strata serve` of the tests' tiny model on `port` (0: any), started at once; port() waits until it listens
+// (0 when it did not come up), so replicas constructed together start side by side.
 struct Replica {
   Child child;
-  uint16_t port_ = 0;
+  std::optional<uint16_t> port_;
   explicit Replica(uint16_t port = 0, std::vector<std::string> extra = {})
       : child([&] {
           std::vector<std::string> args = {"serve", "--model", served_model_dir(), "--port", std::to_string(port),
@@ -35,11 +37,12 @@ struct Replica {
                                            "--shutdown-grace", "0"};
           args.insert(args.end(), extra.begin(), extra.end());
           return args;
-        }()) {
-    port_ = printed_port(child, "listening on ", 120 * patience());
+        }()) {}
+  uint16_t port() {
+    if (!port_) port_ = printed_port(child, "listening on ", 120 * patience());
+    return *port_;
   }
-  uint16_t port() const { return port_; }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string url() { return "http://127.0.0.1:" + std::to_string(port()); }
 };
 
 // `strata route` with `args` after "route --port 0"; port() is 0 when it did not come up.
