@@ -291,6 +291,14 @@ text::grammar::GrammarCache& Server::grammars() {
   return *grammars_;
 }
 
+void Server::refuse_prepared(std::shared_ptr<HttpExchange> exchange, const RequestError& error) {
+  http_->post([this, exchange, e = error] {
+    --preparing_;
+    send_error(*exchange, e);
+    maybe_finish_shutdown();
+  });
+}
+
 void Server::prepare(std::shared_ptr<HttpExchange> exchange, Endpoint endpoint, Clock::time_point arrival, size_t key) {
   auto prepared = std::make_shared<Prepared>();
   prepared->exchange = exchange;
@@ -314,14 +322,7 @@ void Server::prepare(std::shared_ptr<HttpExchange> exchange, Endpoint endpoint, 
   } catch (const std::exception& e) {
     error = RequestError(500, "", cat("internal error: ", e.what()), "server_error");
   }
-  if (error) {
-    http_->post([this, exchange, e = *error] {
-      --preparing_;
-      send_error(*exchange, e);
-      maybe_finish_shutdown();
-    });
-    return;
-  }
+  if (error) return refuse_prepared(exchange, *error);
   if (transfers_) {
     const std::string* named = exchange->request().header(disagg::kPrefillPeerHeader);
     const std::string peer = named ? *named : cfg_.prefill_peer;
@@ -378,14 +379,7 @@ void Server::prefill_for_peer(std::shared_ptr<HttpExchange> exchange, size_t key
   } catch (const Error& e) {
     error = RequestError(400, "", e.what());
   }
-  if (error) {
-    http_->post([this, exchange, e = *error] {
-      --preparing_;
-      send_error(*exchange, e);
-      maybe_finish_shutdown();
-    });
-    return;
-  }
+  if (error) return refuse_prepared(exchange, *error);
   engine::CacheOptions cache;
   cache.enabled = order.cache;
   cache.scope = order.cache_scope;

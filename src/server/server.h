@@ -97,6 +97,8 @@ class Server {
   engine::CacheOptions cache_options(const Prepared& prepared) const;
   void prepare(std::shared_ptr<HttpExchange> exchange, Endpoint endpoint, std::chrono::steady_clock::time_point arrival,
                size_t key);
+  // A request that a worker refused: its error, answered on the I/O thread.
+  void refuse_prepared(std::shared_ptr<HttpExchange> exchange, const RequestError& error);
   // Decode side (a transfer thread): the prompts' states from the prefill replica `peer`, then admit().
   void fetch_states(std::shared_ptr<Prepared> prepared, const std::string& peer);
   // Prefill side: POST /strata/v1/prefill, parsed on a worker and submitted on the I/O thread.
