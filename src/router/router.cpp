@@ -29,6 +29,7 @@
 #include "server/openai_protocol.h"
 #include "server/request_prompts.h"
 #include "server/server_url.h"
+#include "server/worker_pool.h"
 
 namespace strata::router {
 
@@ -120,47 +121,6 @@ class StickyKeys {
 // Bodies of this size or more are parsed and tokenized on the preparer's thread instead of the I/O thread.
 constexpr size_t kPrepareInlineBytes = 16 << 10;
 
-// One thread that runs jobs in order of arrival: the preparation of large requests.
-class Preparer {
- public:
-  Preparer() : thread_([this] { run(); }) {}
-  ~Preparer() { stop(); }
-  void post(std::function<void()> job) {
-    std::lock_guard lock(mu_);
-    if (stopping_) return;
-    jobs_.push_back(std::move(job));
-    cv_.notify_one();
-  }
-  void stop() {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-      cv_.notify_all();
-    }
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  void run() {
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-        if (stopping_) return;
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      job();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  bool stopping_ = false;
-  std::thread thread_;
-};
-
 }  // namespace
 
 // One client request on the router thread, from its hand-over to its answer.
@@ -228,7 +188,7 @@ struct Router::Impl {
   bool stopping_ = false;  // the I/O thread's copy of shutting_down_, once everything is being closed
 
   std::atomic<bool> shutting_down_{false};
-  Preparer preparer_;
+  server::WorkerPool preparer_{1};  // one thread: the preparation of large requests
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -875,7 +835,7 @@ void Router::wait() {
     if (!m.cv_.wait_for(lock, std::chrono::seconds(10), [&] { return m.quiet_; }))
       m.log("warning: requests or checks still running at shutdown");
   }
-  m.preparer_.stop();
+  m.preparer_.stop(/*finish_queued=*/false);
   m.http_->stop();
   std::lock_guard lock(m.mu_);
   m.stopped_ = true;

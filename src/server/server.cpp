@@ -14,6 +14,7 @@
 #include "server/request_cache.h"
 #include "server/request_constraint.h"
 #include "server/request_prompts.h"
+#include "server/worker_pool.h"
 #include "text/chat_encoding.h"
 #include "text/tokenizer.h"
 
@@ -41,50 +42,6 @@ int64_t unix_now() {
 }
 
 }  // namespace
-
-// A few threads that run jobs in order of arrival.
-class Server::WorkerPool {
- public:
-  explicit WorkerPool(int threads) {
-    for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { run(); });
-  }
-  ~WorkerPool() { stop(); }
-  void post(std::function<void()> job) {
-    std::lock_guard lock(mu_);
-    if (stopping_) return;
-    jobs_.push_back(std::move(job));
-    cv_.notify_one();
-  }
-  void stop() {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-      cv_.notify_all();
-    }
-    for (std::thread& t : threads_)
-      if (t.joinable()) t.join();
-  }
-
- private:
-  void run() {
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-        if (jobs_.empty()) return;
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      job();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
-};
 
 // A request parsed and tokenized by a worker, waiting to be admitted on the I/O thread.
 struct Server::Prepared {

@@ -37,6 +37,8 @@ class Tokenizer;
 
 namespace strata::server {
 
+class WorkerPool;
+
 struct ServerConfig {
   std::string host = "127.0.0.1";
   uint16_t port = 8000;                 // 0: an ephemeral port (see Server::port)
@@ -88,7 +90,6 @@ class Server {
  private:
   struct ActiveRequest;
   struct Prepared;
-  class WorkerPool;
 
   void handle(std::shared_ptr<HttpExchange> exchange);
   void send_error(HttpExchange& exchange, const RequestError& error);
