@@ -145,6 +145,56 @@ TEST(StateSnapshot, ABrokenOffStreamLeavesTheStateReset) {
   EXPECT_EQ(pool.used_blocks(), 0);
 }
 
+// Model::begin_restore / snapshot_pieces: the bytes fed in any split — here one byte at a time, then sizes that
+// straddle sections — into a slot whose blocks were reserved before the bytes came, which keeps them.
+TEST(StateSnapshot, ARestoreFedAnySplitUsesTheBlocksReservedForIt) {
+  const auto m = load_tiny(21);
+  SequenceState original = m->new_sequence();
+  m->forward(tokens(300, 5), original, false);
+  std::vector<std::string> pieces;
+  m->snapshot_pieces(original, [&](std::string piece) { pieces.push_back(std::move(piece)); });
+  ASSERT_EQ(pieces.size(), 1 + static_cast<size_t>(m->config().num_hidden_layers));
+  std::string bytes;
+  for (const std::string& p : pieces) bytes += p;
+  ASSERT_EQ(bytes, m->snapshot(original));
+
+  StatePool pool(*m, pool_limits(*m, 1, -1));
+  for (const size_t split : {size_t{1}, size_t{4093}, bytes.size()}) {
+    SequenceState* slot = pool.acquire();
+    ASSERT_TRUE(pool.reserve(*slot, 301));  // the prompt's blocks, taken before any byte arrives
+    const std::vector<int32_t> reserved = slot->blocks;
+    {
+      const auto restore = m->begin_restore(*slot);
+      EXPECT_EQ(restore->num_tokens(), -1);
+      for (size_t at = 0; at < bytes.size(); at += split) {
+        EXPECT_FALSE(restore->complete());
+        restore->feed(std::string_view(bytes).substr(at, split));
+        if (at + split >= pieces[0].size()) {
+          EXPECT_EQ(restore->num_tokens(), 300);
+        }
+      }
+      EXPECT_TRUE(restore->complete());
+      EXPECT_EQ(restore->layers_restored(), m->config().num_hidden_layers);
+      EXPECT_THROW(restore->feed("x"), Error) << "bytes past the end";
+    }
+    EXPECT_EQ(slot->blocks, reserved) << "split " << split;
+    EXPECT_EQ(slot->num_tokens, 300);
+    EXPECT_EQ(m->snapshot(*slot), bytes) << "split " << split;
+    pool.release(slot);
+    EXPECT_EQ(pool.used_blocks(), 0);
+  }
+
+  // A damaged byte in layer 1: the restore fails there, refuses more bytes, and the slot is reset.
+  SequenceState* slot = pool.acquire();
+  std::string damaged = bytes;
+  damaged[pieces[0].size() + pieces[1].size() + pieces[2].size() / 2] ^= 1;
+  const auto restore = m->begin_restore(*slot);
+  EXPECT_NE(error_of([&] { restore->feed(damaged); }).find("checksum mismatch in layer 1"), std::string::npos);
+  EXPECT_NE(error_of([&] { restore->feed("more"); }).find("after the restore failed"), std::string::npos);
+  EXPECT_EQ(slot->num_tokens, 0);
+  EXPECT_EQ(pool.used_blocks(), 0);
+}
+
 class StateSnapshotErrors : public ::testing::Test {
  protected:
   void SetUp() override {

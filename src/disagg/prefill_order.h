@@ -3,7 +3,9 @@
 // the last, whose logits pick the first token and are computed where the sampling happens — and the prefix-cache
 // options it would use itself; the prefill replica computes them and answers the state they leave: Model::snapshot
 // bytes (a header section, then one section per layer, each with its checksum; model/deepseek_v4/state_snapshot.h)
-// as application/octet-stream, with how many tokens the state holds and how many of them its prefix cache had.
+// as application/octet-stream, with how many tokens the state holds and how many of them its prefix cache had. The
+// body is chunked, a layer's section per chunk as each comes off the prefill replica's device, so the decode replica
+// restores early layers while later ones are still being read and sent.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -30,11 +32,11 @@ std::string to_json(const PrefillOrder& order);
 // Throws strata::Error naming the field that is missing or wrong.
 PrefillOrder parse_prefill_order(std::string_view body);
 
-// What a prefill replica answered.
+// What a prefill replica answered, beside the state's bytes (which went into the caller's engine::StateStream).
 struct PrefilledState {
-  std::shared_ptr<const std::string> state;  // Model::snapshot bytes
   int64_t tokens = 0;         // the tokens the state holds (the order's)
   int64_t cached_tokens = 0;  // of them, restored from the prefill replica's prefix cache
+  int64_t bytes = 0;          // the state's
 };
 
 }  // namespace strata::disagg

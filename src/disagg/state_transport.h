@@ -1,6 +1,6 @@
 #pragma once
 // How a decode replica gets a prompt's state from a prefill replica. One call per prompt: the order goes out, the
-// state comes back, within a deadline. TCP (tcp_state_transport.h) is what runs now; a GPU-to-GPU transport on one
+// state streams back, within a deadline. TCP (tcp_state_transport.h) is what runs now; a GPU-to-GPU transport on one
 // host (CUDA IPC, NCCL send/recv) or an RDMA one (UCX) implements the same call, moving the state's sections
 // directly between the two engines' memories instead of through sockets.
 #include <chrono>
@@ -9,6 +9,7 @@
 #include <string>
 
 #include "disagg/prefill_order.h"
+#include "engine/state_stream.h"
 
 namespace strata::disagg {
 
@@ -34,9 +35,12 @@ struct TransferControl {
 class StateTransport {
  public:
   virtual ~StateTransport() = default;
-  // Has the prefill replica at `peer` (http://HOST:PORT) compute `order`, and returns its state. Throws
-  // TransferError.
-  virtual PrefilledState prefill(const std::string& peer, const PrefillOrder& order, const TransferControl& control) = 0;
+  // Has the prefill replica at `peer` (http://HOST:PORT) compute `order`, and appends its state's bytes to `into`
+  // as they arrive (setting its cached tokens before the first), so the decode engine restores layers while later
+  // ones are on the way. Returns once every byte is in, without finishing `into` (the caller ends it); throws
+  // TransferError, and then `into` may hold part of the state.
+  virtual PrefilledState prefill(const std::string& peer, const PrefillOrder& order, const TransferControl& control,
+                                 engine::StateStream& into) = 0;
 };
 
 }  // namespace strata::disagg

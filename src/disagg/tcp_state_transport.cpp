@@ -177,31 +177,57 @@ Head parse_head(std::string_view head, const std::string& peer) {
   return h;
 }
 
-// A chunked body (RFC 9112 §7.1) without trailers' meaning; nullopt while incomplete.
-std::optional<std::string> dechunk(std::string_view raw, const std::string& peer) {
-  std::string body;
-  size_t at = 0;
-  for (;;) {
-    const size_t line_end = raw.find("\r\n", at);
-    if (line_end == std::string_view::npos) return std::nullopt;
-    std::string_view size_text = raw.substr(at, line_end - at);
-    if (const size_t semi = size_text.find(';'); semi != std::string_view::npos) size_text = size_text.substr(0, semi);
-    uint64_t size = 0;
-    const auto [end, ec] = std::from_chars(size_text.data(), size_text.data() + size_text.size(), size, 16);
-    if (ec != std::errc() || end != size_text.data() + size_text.size())
-      transfer_fail(Kind::Protocol, cat(peer, ": a bad chunk size '", size_text, "'"));
-    at = line_end + 2;
-    if (size == 0) return raw.find("\r\n", at) == std::string_view::npos ? std::nullopt : std::optional(body);
-    if (raw.size() < at + size + 2) return std::nullopt;
-    body.append(raw.substr(at, size));
-    at += size + 2;
+// A chunked body (RFC 9112 §7.1) decoded as it arrives; chunk extensions and trailers are skipped.
+class Dechunker {
+ public:
+  explicit Dechunker(const std::string& peer) : peer_(peer) {}
+  // Takes what `raw` holds of the body and appends its data to `out`, leaving in `raw` only a part not yet whole.
+  void feed(std::string& raw, std::string& out) {
+    size_t at = 0;
+    while (!done_) {
+      if (left_ > 0) {
+        const size_t n = std::min<size_t>(left_, raw.size() - at);
+        out.append(raw, at, n);
+        at += n;
+        left_ -= n;
+        if (left_ > 0) break;
+        after_data_ = true;
+      }
+      const size_t line_end = raw.find("\r\n", at);
+      if (line_end == std::string::npos) break;
+      const std::string_view line = std::string_view(raw).substr(at, line_end - at);
+      at = line_end + 2;
+      if (after_data_) {  // the CRLF that ends a chunk's data
+        if (!line.empty()) transfer_fail(Kind::Protocol, cat(peer_, ": a chunk longer than its size"));
+        after_data_ = false;
+        continue;
+      }
+      if (in_trailers_) {
+        if (line.empty()) done_ = true;
+        continue;
+      }
+      std::string_view size_text = line.substr(0, line.find(';'));
+      uint64_t size = 0;
+      const auto [end, ec] = std::from_chars(size_text.data(), size_text.data() + size_text.size(), size, 16);
+      if (size_text.empty() || ec != std::errc() || end != size_text.data() + size_text.size())
+        transfer_fail(Kind::Protocol, cat(peer_, ": a bad chunk size '", size_text, "'"));
+      if (size == 0) in_trailers_ = true;
+      else left_ = size;
+    }
+    raw.erase(0, at);
   }
-}
+  bool done() const { return done_; }
+
+ private:
+  const std::string& peer_;
+  uint64_t left_ = 0;  // data bytes of the current chunk still to come
+  bool after_data_ = false, in_trailers_ = false, done_ = false;
+};
 
 }  // namespace
 
 PrefilledState TcpStateTransport::prefill(const std::string& peer, const PrefillOrder& order,
-                                          const TransferControl& control) {
+                                          const TransferControl& control, engine::StateStream& into) {
   bench::ServerUrl url;
   try {
     url = bench::parse_server_url(peer);
@@ -232,37 +258,50 @@ PrefilledState TcpStateTransport::prefill(const std::string& peer, const Prefill
   if (head.content_length > control.max_state_bytes)
     transfer_fail(Kind::Protocol, cat(peer, ": a state of ", head.content_length, " bytes, over the limit of ",
                                       control.max_state_bytes));
-  if (head.content_length >= 0) raw.reserve(static_cast<size_t>(head.content_length));
-  std::optional<std::string> body_bytes;
-  for (;;) {
-    if (head.chunked) {
-      if ((body_bytes = dechunk(raw, peer))) break;
-    } else if (head.content_length >= 0 && static_cast<int64_t>(raw.size()) >= head.content_length) {
-      raw.resize(static_cast<size_t>(head.content_length));
-      body_bytes = std::move(raw);
-      break;
-    }
-    if (static_cast<int64_t>(raw.size()) > control.max_state_bytes)
-      transfer_fail(Kind::Protocol, cat(peer, ": a state over the limit of ", control.max_state_bytes, " bytes"));
-    if (!socket.receive(raw, "receiving the state")) {
-      if (head.content_length < 0 && !head.chunked) {  // delimited by the end of the connection
-        body_bytes = std::move(raw);
-        break;
-      }
-      transfer_fail(Kind::Protocol, cat(peer, ": the connection closed in the middle of the state"));
-    }
-  }
-  if (head.status != 200) {
-    // The prefill replica's OpenAI-style error body, shortened for logs.
-    transfer_fail(Kind::Refused, cat(peer, ": HTTP ", head.status, ": ", body_bytes->substr(0, 300)));
-  }
-  if (head.state_tokens != static_cast<int64_t>(order.tokens.size()))
+  const bool ok = head.status == 200;
+  if (ok && head.state_tokens != static_cast<int64_t>(order.tokens.size()))
     transfer_fail(Kind::Protocol, cat(peer, ": a state of ", head.state_tokens, " tokens for an order of ",
                                       order.tokens.size()));
+  if (ok) into.set_cached_tokens(std::min(head.cached_tokens, head.state_tokens));
+
+  // The body, handed on as it arrives (an error's is kept for the message).
+  Dechunker chunks(peer);
+  std::string data, error_body;
+  int64_t received = 0;
+  auto deliver = [&] {
+    if (data.empty()) return;
+    received += static_cast<int64_t>(data.size());
+    if (received > control.max_state_bytes)
+      transfer_fail(Kind::Protocol, cat(peer, ": a state over the limit of ", control.max_state_bytes, " bytes"));
+    if (ok) into.append(std::move(data));
+    else if (error_body.size() < 4096) error_body += data;
+    data.clear();
+  };
+  for (;;) {
+    if (head.chunked) {
+      chunks.feed(raw, data);
+      deliver();
+      if (chunks.done()) break;
+    } else {
+      const size_t take = head.content_length >= 0
+                              ? std::min<size_t>(raw.size(), static_cast<size_t>(head.content_length - received))
+                              : raw.size();
+      data.assign(raw, 0, take);
+      raw.clear();
+      deliver();
+      if (head.content_length >= 0 && received >= head.content_length) break;
+    }
+    if (!socket.receive(raw, "receiving the state")) {
+      if (head.content_length < 0 && !head.chunked) break;  // delimited by the end of the connection
+      transfer_fail(Kind::Protocol, cat(peer, ": the connection closed in the middle of the state (", received,
+                                        " bytes in)"));
+    }
+  }
+  if (!ok) transfer_fail(Kind::Refused, cat(peer, ": HTTP ", head.status, ": ", error_body.substr(0, 300)));
   PrefilledState out;
-  out.state = std::make_shared<const std::string>(std::move(*body_bytes));
   out.tokens = head.state_tokens;
   out.cached_tokens = std::min(head.cached_tokens, head.state_tokens);
+  out.bytes = received;
   return out;
 }
 

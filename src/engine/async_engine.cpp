@@ -7,19 +7,41 @@
 namespace strata::engine {
 
 AsyncEngine::AsyncEngine(const model::Model& model, EngineConfig config, std::function<void()> after_events)
-    : engine_(model, config), after_events_(std::move(after_events)), thread_([this] { loop(); }) {}
+    : engine_(model, config), after_events_(std::move(after_events)), thread_([this] { loop(); }) {
+  waker_->engine = this;
+}
 
-AsyncEngine::~AsyncEngine() { shutdown(false); }
+AsyncEngine::~AsyncEngine() {
+  {
+    std::lock_guard lock(waker_->mu);
+    waker_->engine = nullptr;
+  }
+  shutdown(false);
+}
+
+void AsyncEngine::state_arrived() {
+  std::lock_guard lock(mu_);
+  state_arrived_ = true;
+  wake_.notify_one();
+}
 
 void AsyncEngine::submit(const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params,
                          Callback on_event, const CacheOptions& cache, const StateHandoff& handoff) {
   engine_.validate_request(prompt, params);
-  std::lock_guard lock(mu_);
-  if (!accepting_) fail("the server is shutting down");
-  if (requests_.count(request_id)) fail("request id '", request_id, "' is already in flight");
-  requests_.emplace(request_id, Pending{std::move(on_event), params.n});
-  submissions_.push_back({request_id, std::move(prompt), params, cache, handoff});
-  wake_.notify_one();
+  {
+    std::lock_guard lock(mu_);
+    if (!accepting_) fail("the server is shutting down");
+    if (requests_.count(request_id)) fail("request id '", request_id, "' is already in flight");
+    requests_.emplace(request_id, Pending{std::move(on_event), params.n});
+    submissions_.push_back({request_id, std::move(prompt), params, cache, handoff});
+    wake_.notify_one();
+  }
+  // Outside mu_: a stream with bytes already calls this at once, and it takes mu_.
+  if (handoff.incoming)
+    handoff.incoming->on_change([waker = waker_] {
+      std::lock_guard lock(waker->mu);
+      if (waker->engine) waker->engine->state_arrived();
+    });
 }
 
 void AsyncEngine::abort(const std::string& request_id) {
@@ -56,7 +78,10 @@ void AsyncEngine::loop() {
     bool stop = false, drain = false;
     {
       std::unique_lock lock(mu_);
-      wake_.wait(lock, [&] { return stopping_ || !submissions_.empty() || !aborts_.empty() || engine_.has_unfinished(); });
+      wake_.wait(lock, [&] {
+        return stopping_ || !submissions_.empty() || !aborts_.empty() || state_arrived_ || engine_.has_work();
+      });
+      state_arrived_ = false;
       subs.swap(submissions_);
       aborts.swap(aborts_);
       stop = stopping_;

@@ -6,6 +6,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -49,6 +50,16 @@ class AsyncEngine {
     StateHandoff handoff;
   };
   void loop();
+  void state_arrived();
+
+  // Arriving states (StateHandoff::incoming) wake the loop through this, from their producers' threads; the
+  // destructor detaches it first, so a transfer that outlives the engine wakes nothing.
+  struct Waker {
+    std::mutex mu;
+    AsyncEngine* engine = nullptr;
+  };
+  std::shared_ptr<Waker> waker_ = std::make_shared<Waker>();
+  bool state_arrived_ = false;  // under mu_
 
   Engine engine_;  // touched by the loop thread only (validate_request excepted: it is const and stateless)
   mutable std::mutex mu_;

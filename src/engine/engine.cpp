@@ -30,7 +30,7 @@ Engine::Engine(const model::Model& model, EngineConfig config)
 
 int64_t Engine::restore_on_admission(Sequence& s, model::SequenceState& state) {
   for (StateConnector* c : connectors_)
-    if (const int64_t n = c->load(s, state); n > 0) return n;
+    if (const int64_t n = c->load(s, state); n != 0 || s.awaiting_state) return n;
   return 0;
 }
 
@@ -47,12 +47,16 @@ int64_t Engine::reported_cached_tokens(Sequence& s) {
 }
 
 void Engine::export_state(Sequence& s, std::vector<TokenEvent>& events) {
-  TokenEvent e{s.request_id, s.index, std::nullopt, 0, {}, false, FinishReason::None, {}, {}};
-  e.state = std::make_shared<const std::string>(model_.snapshot(pool_.slot(s.slot)));
+  StateStream& out = *s.handoff.export_to;
+  out.set_cached_tokens(reported_cached_tokens(s));
+  // Piece by piece: the server sends each layer's as soon as it is off the device.
+  model_.snapshot_pieces(pool_.slot(s.slot), [&](std::string piece) {
+    totals_.exported_state_bytes += static_cast<int64_t>(piece.size());
+    out.append(std::move(piece));
+  });
+  out.finish();
   ++totals_.exported_states;
-  totals_.exported_state_bytes += static_cast<int64_t>(e.state->size());
-  e.cached_tokens = reported_cached_tokens(s);
-  events.push_back(std::move(e));
+  events.push_back({s.request_id, s.index, std::nullopt, 0, {}, false, FinishReason::None, {}, {}});
   finish(s, FinishReason::Stop, events, true);
 }
 
@@ -76,8 +80,8 @@ void Engine::validate_request(const std::vector<int32_t>& prompt, const Sampling
 void Engine::add_request(const std::string& request_id, std::vector<int32_t> prompt, const SamplingParams& params,
                          const CacheOptions& cache, const StateHandoff& handoff) {
   validate_request(prompt, params);
-  if (handoff.export_state && handoff.imported) fail("a state handoff either exports or imports, not both");
-  if (handoff.export_state && params.n != 1) fail("a state export is one sequence (n = 1), got n = ", params.n);
+  if (handoff.exports() && handoff.incoming) fail("a state handoff either exports or imports, not both");
+  if (handoff.exports() && params.n != 1) fail("a state export is one sequence (n = 1), got n = ", params.n);
   for (const auto& [id, s] : sequences_)
     if (s->request_id == request_id) fail("request id '", request_id, "' is already in flight");
 
@@ -136,6 +140,8 @@ bool Engine::abort(const std::string& request_id) {
 }
 
 void Engine::finish(Sequence& seq, FinishReason reason, std::vector<TokenEvent>& events, bool with_token) {
+  // An export that ends without its state (aborted, or the prompt could not run) tells its reader so.
+  if (seq.handoff.export_to) seq.handoff.export_to->fail(cat("the prefill ended without a state (", to_string(reason), ")"));
   if (!with_token) events.push_back({seq.request_id, seq.index, std::nullopt, 0, {}, true, reason, {}, {}});
   else {
     events.back().finished = true;
@@ -168,7 +174,9 @@ std::vector<TokenEvent> Engine::step() {
   const auto step_start = std::chrono::steady_clock::now();
   std::vector<TokenEvent> events = std::move(pending_events_);
   pending_events_.clear();
+  imported_->poll();  // the layers of arriving states that are whole now go into their slots
   StepPlan plan = scheduler_.plan_step();
+  stalled_ = plan.empty();
   if (plan.empty()) return events;
   std::vector<std::pair<ScheduledSpan*, ConstrainedOutput*>> constrained;
 
@@ -211,17 +219,19 @@ std::vector<TokenEvent> Engine::step() {
       }
     }
     if (!span.samples) {
-      if (s.handoff.export_state && span.end() == static_cast<int64_t>(s.prompt.size())) export_state(s, events);
+      if (s.handoff.exports() && span.end() == static_cast<int64_t>(s.prompt.size())) export_state(s, events);
       continue;
     }
     const int32_t token = o.tokens.at(0);
     const bool first = s.output.empty();
-    if (first) s.handoff.imported.reset();  // a preempted sequence is recomputed (or restored from the cache)
     s.output.push_back(token);
     s.history.add_output(token);
     ++totals_.generated_tokens;
     TokenEvent e{s.request_id, s.index, token, o.logprob, std::move(o.top_logprobs), false, FinishReason::None, {}, {}};
-    if (first) e.cached_tokens = reported_cached_tokens(s);
+    if (first) {
+      e.cached_tokens = reported_cached_tokens(s);
+      s.handoff.incoming.reset();  // its bytes are done with: a preempted sequence is recomputed (or restored from the cache)
+    }
     if (span.all_logits) {
       e.logits.assign(o.logits.end() - vocab, o.logits.end());
       if (first) e.prompt_logits = std::move(s.prompt_logits);

@@ -44,8 +44,6 @@ struct TokenEvent {
   // On a sequence's first event: its prompt tokens restored from the prefix cache instead of computed (with an
   // imported state: those the other engine's cache held).
   int64_t cached_tokens = 0;
-  // StateHandoff::export_state: on the finished event, the state of the whole prompt (Model::snapshot bytes).
-  std::shared_ptr<const std::string> state = nullptr;
 };
 
 struct EngineStats {
@@ -85,6 +83,14 @@ class Engine {
 
   std::vector<TokenEvent> step();
   bool has_unfinished() const { return !sequences_.empty(); }
+  // Whether step() has anything to do but wait for arriving states (StateHandoff::incoming).
+  // (A step that planned nothing while states were arriving — the others wait for the room those hold — is not
+  // worth repeating until one arrives.)
+  bool has_work() const {
+    if (!pending_events_.empty()) return true;
+    if (imported_->awaiting() == 0) return !sequences_.empty();
+    return !stalled_ && static_cast<int64_t>(sequences_.size()) > imported_->awaiting();
+  }
   EngineStats stats() const;
 
  private:
@@ -109,6 +115,7 @@ class Engine {
   std::vector<StateConnector*> connectors_;
   std::map<uint64_t, std::unique_ptr<Sequence>> sequences_;  // unfinished, by id
   std::vector<TokenEvent> pending_events_;                   // produced outside step() (aborts, max_tokens 0)
+  bool stalled_ = false;  // the last step planned nothing (has_work)
   uint64_t next_id_ = 0;
   EngineStats totals_;
   // Seeds of requests that bring none: drawn from the OS's entropy once, not twice per request (two

@@ -7,31 +7,87 @@
 namespace strata::engine {
 
 int64_t ImportedStateConnector::load(Sequence& s, model::SequenceState& into) {
-  if (!s.handoff.imported) return 0;
-  // No room for it now: not a reason to give it up. The sequence waits like any other that lacks blocks (or starts
-  // computing, if a first chunk fits), and tries again at its next admission.
-  if (pool_.free_blocks() < pool_.blocks_for_tokens(static_cast<int64_t>(s.prompt.size()))) return 0;
-  try {
-    model_.restore(*s.handoff.imported, into);
-    // The last prompt token is computed here: its logits pick the first token.
-    if (into.num_tokens < 1 || into.num_tokens >= static_cast<int64_t>(s.prompt.size()))
-      fail("an imported state of ", into.num_tokens, " tokens for a prompt of ", s.prompt.size());
-  } catch (const std::exception& e) {
+  if (!s.handoff.incoming) return 0;
+  const auto prompt = static_cast<int64_t>(s.prompt.size());
+  // The slot's blocks for the whole prompt, taken now (pre-allocated): the bytes on their way then always have a
+  // place, and the last prompt token's step needs no more. No room now: not a reason to give the state up; the
+  // sequence waits in the queue like any other that lacks blocks.
+  if (!pool_.reserve(into, prompt)) {
     into.reset();
-    s.handoff.imported.reset();  // computed here from now on
-    ++failures_;
-    std::fprintf(stderr, "strata: request %s: the imported state cannot be used (%s); computing its prompt here\n",
-                 s.request_id.c_str(), e.what());
+    return kWaitForRoom;
+  }
+  Restore r{&s, &into, nullptr, 0};
+  try {
+    r.restore = model_.begin_restore(into);
+  } catch (const std::exception& e) {
+    give_up(r, e.what());
     return 0;
   }
-  ++imported_;
-  s.imported = true;
-  return into.num_tokens;
+  s.awaiting_state = true;
+  if (advance(r)) return s.num_computed;  // it had all arrived already
+  restores_.emplace(s.id, std::move(r));
+  return 0;
+}
+
+void ImportedStateConnector::poll() {
+  for (auto it = restores_.begin(); it != restores_.end();) it = advance(it->second) ? restores_.erase(it) : std::next(it);
+}
+
+bool ImportedStateConnector::advance(Restore& r) {
+  Sequence& s = *r.sequence;
+  const StateStream::Read read = s.handoff.incoming->read_from(r.next_chunk);
+  try {
+    for (const auto& chunk : read.chunks) {
+      r.restore->feed(*chunk);
+      ++r.next_chunk;
+    }
+    // The last prompt token is computed here: its logits pick the first token.
+    if (const int64_t n = r.restore->num_tokens(); n == 0 || n >= static_cast<int64_t>(s.prompt.size()))
+      fail("an imported state of ", n, " tokens for a prompt of ", s.prompt.size());
+  } catch (const std::exception& e) {
+    give_up(r, e.what());
+    return true;
+  }
+  if (r.restore->complete()) {
+    s.num_computed = r.restore->num_tokens();
+    s.awaiting_state = false;
+    s.imported = true;
+    ++imported_;
+    r.restore.reset();  // complete: the slot keeps the state
+    return true;
+  }
+  if (read.failed) {
+    give_up(r, "the transfer failed: " + *read.failed);
+    return true;
+  }
+  if (read.finished) {
+    give_up(r, "the stream ended before the state was complete (" + std::to_string(r.restore->layers_restored()) +
+                   " layers restored)");
+    return true;
+  }
+  return false;
+}
+
+void ImportedStateConnector::give_up(Restore& r, const std::string& why) {
+  Sequence& s = *r.sequence;
+  r.restore.reset();  // an incomplete restore resets the slot's state (its blocks go back to the pool)
+  r.state->reset();
+  s.awaiting_state = false;
+  s.num_computed = 0;
+  s.handoff.incoming.reset();  // computed here from now on
+  ++failures_;
+  std::fprintf(stderr, "strata: request %s: the imported state cannot be used (%s); computing its prompt here\n",
+               s.request_id.c_str(), why.c_str());
+}
+
+void ImportedStateConnector::on_finish(Sequence& s, const model::SequenceState&) {
+  // Aborted while its state was arriving: the restore ends before the slot goes back.
+  restores_.erase(s.id);
 }
 
 std::optional<int64_t> ImportedStateConnector::reported_cached_tokens(Sequence& s) {
   if (!s.imported) return std::nullopt;
-  return s.handoff.imported_cached_tokens;
+  return s.handoff.incoming ? std::min(s.handoff.incoming->cached_tokens(), s.num_computed) : 0;
 }
 
 }  // namespace strata::engine

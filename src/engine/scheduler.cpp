@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "engine/state_connector.h"
 
 namespace strata::engine {
 
@@ -66,7 +67,7 @@ StepPlan Scheduler::plan_step() {
     span.tokens.reserve(static_cast<size_t>(count));
     for (int64_t i = span.start; i < span.start + count; ++i) span.tokens.push_back(s->token_at(i));
     // A sequence that hands its state to another engine (prefill/decode disaggregation) samples nothing here.
-    span.samples = span.end() == s->num_tokens() && !s->handoff.export_state;
+    span.samples = span.end() == s->num_tokens() && !s->handoff.exports();
     span.all_logits = s->params.capture_logits;
     plan.spans.push_back(std::move(span));
     budget -= count;
@@ -76,13 +77,24 @@ StepPlan Scheduler::plan_step() {
   // preempts the newest running one (possibly itself).
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* s = running_[i];
+    if (s->awaiting_state) {  // holds its slot and blocks while its state arrives; nothing to compute yet
+      ++i;
+      continue;
+    }
     const int64_t count = span_tokens(*s, budget);
     if (pool_.reserve(pool_.slot(s->slot), count)) {
       schedule(s, count);
       ++i;
       continue;
     }
-    Sequence* victim = running_.back();
+    // The newest running sequence that is not awaiting its state (which holds all it needs, and whose arriving
+    // layers would be lost); s itself at the latest.
+    Sequence* victim = s;
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it)
+      if (!(*it)->awaiting_state) {
+        victim = *it;
+        break;
+      }
     // The victim may already be planned this step (it is newer than nothing before it, so only if it is s).
     preempt(victim, plan);
     if (victim == s) continue;  // s is gone; running_[i] is now the next sequence
@@ -93,7 +105,20 @@ StepPlan Scheduler::plan_step() {
     Sequence* s = waiting_.front();
     const std::optional<int32_t> slot = pool_.acquire_slot();
     if (!slot) break;
-    if (s->num_computed == 0 && hooks_.restore) s->num_computed = hooks_.restore(*s, pool_.slot(*slot));
+    int64_t restored = 0;
+    if (s->num_computed == 0 && hooks_.restore) restored = hooks_.restore(*s, pool_.slot(*slot));
+    if (restored == kWaitForRoom) {
+      pool_.release_slot(*slot);
+      break;  // strict arrival order: later arrivals wait too
+    }
+    s->num_computed = restored;
+    if (s->awaiting_state) {  // admitted: it holds its slot and blocks while its state arrives (state_connector.h)
+      waiting_.pop_front();
+      s->slot = *slot;
+      s->status = SequenceStatus::Running;
+      running_.push_back(s);
+      continue;
+    }
     const int64_t count = span_tokens(*s, budget);
     if (!pool_.reserve(pool_.slot(*slot), count)) {
       pool_.release_slot(*slot);  // with whatever was restored into it

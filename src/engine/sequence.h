@@ -10,6 +10,7 @@
 #include "engine/output_constraint.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
+#include "engine/state_stream.h"
 #include "model/token_blocks.h"
 
 namespace strata::engine {
@@ -38,16 +39,17 @@ struct SequenceCache {
 
 // Prefill/decode disaggregation (disagg/): a sequence's state made by one engine and continued by another.
 struct StateHandoff {
-  // Prefill side: compute the whole prompt, then hand its state out (TokenEvent::state: Model::snapshot bytes) and
-  // finish with reason Stop, sampling nothing.
-  bool export_state = false;
-  // Decode side: the state of the prompt's first tokens, computed by another engine (Model::snapshot bytes). It is
-  // restored when the sequence is admitted, instead of computing those tokens; if it cannot be (damaged bytes,
-  // another model, more tokens than the prompt has but one), they are computed here. Dropped at the first token.
-  std::shared_ptr<const std::string> imported;
-  int64_t imported_cached_tokens = 0;  // of those tokens, what the other engine's prefix cache held (for usage)
+  // Prefill side: compute the whole prompt, write its state into this stream piece by piece (Model::snapshot_pieces,
+  // then finish; fail if the sequence ends without it), and finish with reason Stop, sampling nothing.
+  std::shared_ptr<StateStream> export_to;
+  // Decode side: the state of the prompt's first tokens, computed by another engine and arriving here as a stream.
+  // At admission the sequence takes a slot and the token blocks of its whole prompt, then waits (holding them)
+  // while each layer is restored as its bytes arrive; when the last one is in, it computes the last prompt token.
+  // If the stream fails or its bytes cannot be used (damaged, another model, more tokens than the prompt has but
+  // one), those tokens are computed here instead.
+  std::shared_ptr<StateStream> incoming;
+  bool exports() const { return export_to != nullptr; }
 };
-
 enum class SequenceStatus { Waiting, Running, Finished };
 enum class FinishReason { None, Stop, Length, Abort };
 const char* to_string(FinishReason r);  // OpenAI spellings: "stop", "length", "abort"
@@ -74,7 +76,8 @@ struct Sequence {
   std::optional<SequenceCache> cache;  // set when it uses the engine's prefix cache
   std::unique_ptr<ConstrainedOutput> constrained;  // set when params.constraint is (structured outputs)
   StateHandoff handoff;
-  bool imported = false;  // its state at the first token came from handoff.imported
+  bool imported = false;        // its state at the first token came from handoff.incoming
+  bool awaiting_state = false;  // holds its slot while handoff.incoming's layers are restored: not scheduled
 
   int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }
   int32_t token_at(int64_t i) const {

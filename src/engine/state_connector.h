@@ -15,8 +15,12 @@
 // And on a sequence's first token (or its state export), reported_cached_tokens(): the prompt tokens the usage
 // reports as cached, when this connector placed the state.
 //
-// A transport that moves state asynchronously (a disk tier read ahead, RDMA into reserved pages) keeps this shape:
-// load() then says how many tokens will be in place and the worker half waits for them per layer.
+// A connector whose state arrives asynchronously (a prefill replica's stream; later a disk tier read ahead, RDMA
+// into reserved pages) reserves the slot's token blocks in load(), marks the sequence awaiting_state (it holds them
+// but is not scheduled) and returns 0; its poll(), at the start of every step, restores what has arrived, layer by
+// layer, and when all is in sets the sequence's num_computed and clears awaiting_state (or clears it with nothing
+// restored, and the tokens are computed). load() returns kWaitForRoom when the pool cannot hold the state now: the
+// sequence then waits in the queue, in order, instead of starting to compute what is on its way.
 #include <cstdint>
 #include <optional>
 
@@ -25,11 +29,16 @@
 
 namespace strata::engine {
 
+inline constexpr int64_t kWaitForRoom = -1;
+
 class StateConnector {
  public:
   virtual ~StateConnector() = default;
-  // Tokens placed into `into` (0: none, `into` left reset). At least one token must be left to compute.
+  // Tokens placed into `into` (0: none, `into` left reset, or the sequence is awaiting_state; kWaitForRoom). At
+  // least one token must be left to compute.
   virtual int64_t load(Sequence& s, model::SequenceState& into) = 0;
+  // Asynchronous connectors: progress on the sequences awaiting state (see above).
+  virtual void poll() {}
   virtual int64_t chunk_end(const Sequence& /*s*/, int64_t /*start*/) const { return INT64_MAX; }
   virtual void after_step(Sequence& /*s*/, model::SequenceState& /*state*/) {}
   virtual void on_finish(Sequence& /*s*/, const model::SequenceState& /*state*/) {}

@@ -18,6 +18,7 @@
 #include "model/model_fingerprint.h"
 #include "model/sequence_state.h"
 #include "model/state_layout.h"
+#include "model/state_restore.h"
 
 namespace strata::model {
 
@@ -60,6 +61,12 @@ class Model {
   virtual ModelFingerprint fingerprint() const = 0;
   virtual std::string snapshot(const SequenceState& state) const = 0;
   virtual void restore(std::string_view bytes, SequenceState& into) const = 0;
+  // The same snapshot, piece by piece (a header, then one piece per layer), each handed to `piece` as soon as it is
+  // made: a transfer sends early layers while later ones are still being read off the device.
+  virtual void snapshot_pieces(const SequenceState& state, const std::function<void(std::string)>& piece) const = 0;
+  // A restore into `into` that takes the snapshot's bytes as they arrive (state_restore.h). Token blocks `into`
+  // already holds (reserved before the bytes came: a decode replica's pre-allocated slot) are used, not released.
+  virtual std::unique_ptr<StateRestore> begin_restore(SequenceState& into) const = 0;
 
   // A prefix cache's view (cache/): a state at a token-block boundary is its token blocks (content-addressed,
   // shared by every longer prefix) plus its boundary rows (sliding window, the compressors' open windows).

@@ -53,7 +53,8 @@ struct Server::Prepared {
   std::vector<std::string> echo;
   std::shared_ptr<const engine::OutputConstraint> constraint;  // structured outputs / tool_choice (null: none)
   size_t key = 0;  // which API key it came with
-  std::vector<disagg::PrefilledState> imported;  // per prompt: its state from a prefill replica (null state: none)
+  // Per prompt: its state arriving from a prefill replica (null: none, computed here).
+  std::vector<std::shared_ptr<engine::StateStream>> incoming;
 };
 
 // A request in the engine. Lives on the I/O thread until every engine sequence of it has finished.
@@ -284,8 +285,12 @@ void Server::prepare(std::shared_ptr<HttpExchange> exchange, Endpoint endpoint, 
     const std::string* named = exchange->request().header(disagg::kPrefillPeerHeader);
     const std::string peer = named ? *named : cfg_.prefill_peer;
     if (!peer.empty()) {
+      // Admitted now: each sequence takes its slot and blocks while its state streams in (engine/sequence.h).
+      prepared->incoming.resize(prepared->prompts.size());
+      for (size_t p = 0; p < prepared->prompts.size(); ++p)
+        if (prepared->prompts[p].size() >= 2)  // else nothing to prefill but the token that is sampled from
+          prepared->incoming[p] = std::make_shared<engine::StateStream>();
       transfers_->post([this, prepared, peer] { fetch_states(prepared, peer); });
-      return;
     }
   }
   http_->post([this, prepared] { admit(prepared); });
@@ -298,10 +303,16 @@ void Server::fetch_states(std::shared_ptr<Prepared> prepared, const std::string&
   control.deadline = Clock::now() + cfg_.transfer_timeout;
   control.cancelled = [this, exchange] { return cancel_transfers_.load() || exchange->peer_gone(); };
   if (const std::string* auth = exchange->request().header("Authorization")) control.authorization = *auth;
-  prepared->imported.resize(prepared->prompts.size());
+  // Every stream ends, finished or failed: a sequence waiting on it computes its prompt itself after a failure.
+  std::string skip;
   for (size_t p = 0; p < prepared->prompts.size(); ++p) {
+    const std::shared_ptr<engine::StateStream>& stream = prepared->incoming[p];
+    if (!stream) continue;
+    if (!skip.empty()) {
+      stream->fail(skip);
+      continue;
+    }
     const std::vector<int32_t>& prompt = prepared->prompts[p];
-    if (prompt.size() < 2) continue;  // nothing to prefill but the token that is sampled from
     disagg::PrefillOrder order;
     order.request_id = cat("prefill-", p);
     order.tokens.assign(prompt.begin(), prompt.end() - 1);
@@ -310,17 +321,22 @@ void Server::fetch_states(std::shared_ptr<Prepared> prepared, const std::string&
     order.cache_ttl_seconds = cache.ttl_seconds;
     const Clock::time_point start = Clock::now();
     try {
-      prepared->imported[p] = transport_->prefill(peer, order, control);
-      metrics_.transfer_succeeded(static_cast<int64_t>(prepared->imported[p].state->size()),
-                                  seconds_between(start, Clock::now()));
+      const disagg::PrefilledState got = transport_->prefill(peer, order, control, *stream);
+      stream->finish();
+      metrics_.transfer_succeeded(got.bytes, seconds_between(start, Clock::now()));
     } catch (const disagg::TransferError& e) {
+      stream->fail(e.what());
       metrics_.transfer_failed(disagg::to_string(e.kind()));
       if (e.kind() != disagg::TransferError::Kind::Cancelled)
         std::fprintf(stderr, "strata: prefill on %s failed (%s); computing the prompt here\n", peer.c_str(), e.what());
-      if (e.kind() == disagg::TransferError::Kind::Cancelled || e.kind() == disagg::TransferError::Kind::Timeout) break;
+      if (e.kind() == disagg::TransferError::Kind::Cancelled || e.kind() == disagg::TransferError::Kind::Timeout)
+        skip = cat("not fetched: an earlier transfer of the request ended (", disagg::to_string(e.kind()), ")");
+    } catch (const std::exception& e) {
+      stream->fail(e.what());
+      metrics_.transfer_failed("protocol");
+      std::fprintf(stderr, "strata: prefill on %s failed (%s); computing the prompt here\n", peer.c_str(), e.what());
     }
   }
-  http_->post([this, prepared] { admit(prepared); });
 }
 
 void Server::prefill_for_peer(std::shared_ptr<HttpExchange> exchange, size_t key) {
@@ -358,31 +374,49 @@ void Server::submit_prefill(std::shared_ptr<HttpExchange> exchange, std::vector<
   const auto count = static_cast<int64_t>(tokens.size());
   engine::SamplingParams params;
   params.max_tokens = 1;  // the decode replica's first token: counted against max_model_len like any other
+  auto exported = std::make_shared<Export>();
+  exported->exchange = exchange;
+  exported->stream = std::make_shared<engine::StateStream>();
+  exported->tokens = count;
   engine::StateHandoff handoff;
-  handoff.export_state = true;
+  handoff.export_to = exported->stream;
+  // Each piece goes out as it comes off the device (the engine thread appends them, the I/O thread sends them).
+  exported->stream->on_change([this, id] { http_->post([this, id] { send_export(id); }); });
   try {
-    engine_->submit(id, std::move(tokens), params,
-                    [this, id, exchange, count](const engine::TokenEvent& event) {
-                      if (!event.finished) return;
-                      http_->post([this, id, exchange, count, state = event.state, cached = event.cached_tokens] {
-                        exports_.erase(id);
-                        if (state)
-                          exchange->respond(HttpResponse{200, "application/octet-stream", *state,
-                                                         {{std::string(disagg::kStateTokensHeader), std::to_string(count)},
-                                                          {std::string(disagg::kCachedTokensHeader), std::to_string(cached)}}});
-                        else
-                          send_error(*exchange, RequestError(503, "", "the prefill was aborted", "server_error"));
-                        maybe_finish_shutdown();
-                      });
-                    },
+    engine_->submit(id, std::move(tokens), params, [](const engine::TokenEvent&) {},
                     engine_config_.cache ? cache : engine::CacheOptions{}, handoff);
   } catch (const Error& e) {
+    exported->stream->on_change({});
     send_error(*exchange, RequestError(400, "tokens", e.what()));
     return maybe_finish_shutdown();
   }
-  exports_[id] = exchange;
+  exports_[id] = exported;
   // The decode replica went away (gave up, or died): the prefill is not worth finishing.
   exchange->on_peer_gone([this, id] { engine_->abort(id); });
+}
+
+void Server::send_export(const std::string& id) {
+  const auto it = exports_.find(id);
+  if (it == exports_.end()) return;
+  Export& e = *it->second;
+  const engine::StateStream::Read read = e.stream->read_from(e.sent_chunks);
+  if (!e.begun && !read.chunks.empty()) {
+    e.exchange->begin_stream(200, "application/octet-stream",
+                             {{std::string(disagg::kStateTokensHeader), std::to_string(e.tokens)},
+                              {std::string(disagg::kCachedTokensHeader), std::to_string(e.stream->cached_tokens())}});
+    e.begun = true;
+  }
+  for (const auto& chunk : read.chunks) e.exchange->write(*chunk);
+  e.sent_chunks += read.chunks.size();
+  if (!read.finished && !read.failed) return;
+  // A prefill that failed after its first bytes ends the body where it is: the decode replica finds the state
+  // incomplete and computes the prompt itself.
+  if (e.begun) e.exchange->end_stream();
+  else send_error(*e.exchange, RequestError(503, "", cat("the prefill failed: ", read.failed.value_or("no state")),
+                                            "server_error"));
+  e.stream->on_change({});
+  exports_.erase(it);
+  maybe_finish_shutdown();
 }
 
 void Server::admit(std::shared_ptr<Prepared> prepared) {
@@ -422,10 +456,7 @@ void Server::admit(std::shared_ptr<Prepared> prepared) {
     params.constraint = prepared->constraint;
     if (r.sampling.seed) params.seed = *r.sampling.seed + i;
     engine::StateHandoff handoff;
-    if (p < prepared->imported.size() && prepared->imported[p].state) {
-      handoff.imported = prepared->imported[p].state;
-      handoff.imported_cached_tokens = prepared->imported[p].cached_tokens;
-    }
+    if (p < prepared->incoming.size()) handoff.incoming = prepared->incoming[p];
     try {
       engine_->submit(request->sequence_ids[c], prepared->prompts[p], params,
                       [this, request, c](const engine::TokenEvent& event) {
@@ -553,7 +584,7 @@ void Server::begin_shutdown(std::chrono::milliseconds grace) {
 
 void Server::abort_all() {
   cancel_transfers_ = true;
-  for (const auto& [id, exchange] : exports_) engine_->abort(id);
+  for (const auto& [id, exported] : exports_) engine_->abort(id);
   for (const auto& [id, request] : requests_) {
     request->shutdown_abort = true;
     for (size_t c = 0; c < request->sequence_ids.size(); ++c)

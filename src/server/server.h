@@ -105,6 +105,7 @@ class Server {
   // Prefill side: POST /strata/v1/prefill, parsed on a worker and submitted on the I/O thread.
   void prefill_for_peer(std::shared_ptr<HttpExchange> exchange, size_t key);
   void submit_prefill(std::shared_ptr<HttpExchange> exchange, std::vector<int32_t> tokens, engine::CacheOptions cache);
+  void send_export(const std::string& id);  // I/O thread: what has come of an export goes out
   void admit(std::shared_ptr<Prepared> prepared);
   void on_event(const std::shared_ptr<ActiveRequest>& request, size_t choice, const engine::TokenEvent& event);
   void hand_off_step_events();
@@ -143,7 +144,15 @@ class Server {
 
   // I/O thread only.
   std::map<std::string, std::shared_ptr<ActiveRequest>> requests_;
-  std::map<std::string, std::shared_ptr<HttpExchange>> exports_;  // prefill side: states being computed, by id
+  // Prefill side: states being computed and sent, by id.
+  struct Export {
+    std::shared_ptr<HttpExchange> exchange;
+    std::shared_ptr<engine::StateStream> stream;
+    int64_t tokens = 0;
+    size_t sent_chunks = 0;
+    bool begun = false;  // the response's head is out
+  };
+  std::map<std::string, std::shared_ptr<Export>> exports_;
   uint64_t next_export_ = 0;
   int64_t preparing_ = 0;  // bodies handed to the workers and not admitted yet
   bool shutting_down_ = false;

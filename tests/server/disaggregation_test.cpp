@@ -341,6 +341,7 @@ TEST_F(Disaggregation, RolesRefuseWhatIsNotTheirs) {
   r = post(prefill_->port(), "/strata/v1/prefill", {{"tokens", {1001, 1002, 1003}}, {"cache", false}});
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.headers["x-strata-state-tokens"], "3");
+  EXPECT_EQ(r.headers["transfer-encoding"], "chunked") << "each layer's section goes out as it is made";
   EXPECT_EQ(r.body.substr(0, 8), "STRATA4S");
 }
 

@@ -78,6 +78,8 @@ class Model : public model::Model {
   ModelFingerprint fingerprint() const override;
   std::string snapshot(const SequenceState& state) const override;
   void restore(std::string_view bytes, SequenceState& into) const override;
+  void snapshot_pieces(const SequenceState& state, const std::function<void(std::string)>& piece) const override;
+  std::unique_ptr<model::StateRestore> begin_restore(SequenceState& into) const override;
   void read_block(const SequenceState& state, int64_t index, float* host) const override;
   std::string boundary_rows(const SequenceState& state) const override;
   void restore_prefix(const std::vector<PrefixBlock>& blocks, std::string_view boundary_rows,

@@ -231,7 +231,10 @@ std::string SnapshotWriter::all() const {
 SnapshotReader::SnapshotReader(const Model& model, SequenceState& into, Sections sections)
     : model_(model), into_(into), sections_(sections) {
   check_state_of(model, into, "restore target");
-  if (sections_ == Sections::Full) into_.reset();
+  // Blocks an empty state holds were reserved for these bytes (a decode replica's pre-allocated slot): kept, and
+  // take_layer's ensure_blocks finds them in place.
+  if (sections_ == Sections::Full && (into_.num_tokens > 0 || !into_.block_hashes.empty() || into_.replaying()))
+    into_.reset();
 }
 
 SnapshotReader::~SnapshotReader() {
@@ -363,6 +366,66 @@ void SnapshotReader::take_layer(std::string_view body) {
 }
 
 std::string Model::snapshot(const SequenceState& state) const { return SnapshotWriter(*this, state).all(); }
+
+void Model::snapshot_pieces(const SequenceState& state, const std::function<void(std::string)>& piece) const {
+  const SnapshotWriter writer(*this, state);
+  piece(writer.header());
+  for (int64_t l = 0; l < writer.layers(); ++l) piece(writer.layer(l));
+}
+
+namespace {
+
+// SnapshotReader fed by a byte stream: whole pieces go straight from the caller's bytes; only a piece split across
+// feeds is gathered here first.
+class StreamedRestore : public model::StateRestore {
+ public:
+  StreamedRestore(const Model& model, SequenceState& into) : reader_(model, into) {}
+
+  void feed(std::string_view bytes) override {
+    if (failed_) fail("state snapshot: fed after the restore failed");
+    try {
+      if (!pending_.empty()) {
+        pending_.append(bytes);
+        const size_t used = take_pieces(pending_);
+        pending_.erase(0, used);
+        return;
+      }
+      const size_t used = take_pieces(bytes);
+      pending_.assign(bytes.substr(used));
+    } catch (...) {
+      failed_ = true;
+      throw;
+    }
+  }
+  bool complete() const override { return reader_.complete(); }
+  int64_t num_tokens() const override { return reader_.num_tokens(); }
+  int64_t layers_restored() const override { return reader_.layers_taken(); }
+
+ private:
+  // Takes every whole piece at the front of `bytes`; returns the bytes used.
+  size_t take_pieces(std::string_view bytes) {
+    size_t used = 0;
+    while (used < bytes.size()) {
+      if (reader_.complete())
+        fail("state snapshot: ", bytes.size() - used, " unexpected bytes after the last layer's section");
+      const std::optional<size_t> size = reader_.next_piece_bytes(bytes.substr(used));
+      if (!size || *size > bytes.size() - used) break;
+      reader_.take(bytes.substr(used, *size));
+      used += *size;
+    }
+    return used;
+  }
+
+  SnapshotReader reader_;
+  std::string pending_;
+  bool failed_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<model::StateRestore> Model::begin_restore(SequenceState& into) const {
+  return std::make_unique<StreamedRestore>(*this, into);
+}
 
 void Model::restore(std::string_view bytes, SequenceState& into) const {
   SnapshotReader reader(*this, into);

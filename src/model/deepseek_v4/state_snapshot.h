@@ -71,6 +71,7 @@ class SnapshotWriter {
 // Restores a snapshot into `into` (a state of `model`, e.g. a StatePool slot), piece by piece: the header, then the
 // layers in order. Every bad piece is an Error naming what is wrong and where; after an error `into` is reset and
 // the reader expects a header again, and a reader that goes away before the last layer arrived resets `into` too.
+// An empty `into` keeps the token blocks it holds (reserved ahead of the bytes); a state with tokens is reset first.
 // Compressed entries take pages from `into`'s arena. With Sections::RowsOnly, `into` is not reset: it must already
 // hold the token blocks of the snapshot's num_tokens (their contents are the caller's), and only rows are read.
 class SnapshotReader {
@@ -85,6 +86,8 @@ class SnapshotReader {
   std::optional<size_t> next_piece_bytes(std::string_view received) const;
   void take(std::string_view piece);  // exactly one piece
   bool complete() const { return header_taken_ && next_layer_ == static_cast<int64_t>(into_.layout->layers.size()); }
+  int64_t num_tokens() const { return header_taken_ ? num_tokens_ : -1; }  // the header's, once it is taken
+  int64_t layers_taken() const { return next_layer_; }
 
   // The whole snapshot at once: splits `bytes` into pieces (truncated or trailing bytes are errors) and takes them.
   void take_all(std::string_view bytes);
