@@ -152,7 +152,7 @@ TEST(StateSnapshot, ARestoreFedAnySplitUsesTheBlocksReservedForIt) {
   SequenceState original = m->new_sequence();
   m->forward(tokens(300, 5), original, false);
   std::vector<std::string> pieces;
-  m->snapshot_pieces(original, [&](std::string piece) { pieces.push_back(std::move(piece)); });
+  m->snapshot_pieces(original, [&](std::string piece) { pieces.push_back(std::move(piece)); }, nullptr);
   ASSERT_EQ(pieces.size(), 1 + static_cast<size_t>(m->config().num_hidden_layers));
   std::string bytes;
   for (const std::string& p : pieces) bytes += p;
@@ -164,7 +164,7 @@ TEST(StateSnapshot, ARestoreFedAnySplitUsesTheBlocksReservedForIt) {
     ASSERT_TRUE(pool.reserve(*slot, 301));  // the prompt's blocks, taken before any byte arrives
     const std::vector<int32_t> reserved = slot->blocks;
     {
-      const auto restore = m->begin_restore(*slot);
+      const auto restore = m->begin_restore(*slot, nullptr);
       EXPECT_EQ(restore->num_tokens(), -1);
       for (size_t at = 0; at < bytes.size(); at += split) {
         EXPECT_FALSE(restore->complete());
@@ -188,11 +188,47 @@ TEST(StateSnapshot, ARestoreFedAnySplitUsesTheBlocksReservedForIt) {
   SequenceState* slot = pool.acquire();
   std::string damaged = bytes;
   damaged[pieces[0].size() + pieces[1].size() + pieces[2].size() / 2] ^= 1;
-  const auto restore = m->begin_restore(*slot);
+  const auto restore = m->begin_restore(*slot, nullptr);
   EXPECT_NE(error_of([&] { restore->feed(damaged); }).find("checksum mismatch in layer 1"), std::string::npos);
   EXPECT_NE(error_of([&] { restore->feed("more"); }).find("after the restore failed"), std::string::npos);
   EXPECT_EQ(slot->num_tokens, 0);
   EXPECT_EQ(pool.used_blocks(), 0);
+}
+
+// A same-host transfer's snapshot: the floats in a shared region (POSIX shared memory on the CPU), the pieces only
+// a skeleton of offsets; opened by its handle, it restores the same state. A skeleton without its region, or with
+// a region too small for its offsets, is refused by name.
+TEST(StateSnapshot, ASkeletonAndItsSharedRegionRestoreTheSameState) {
+  const auto m = load_tiny(21);
+  SequenceState original = m->new_sequence();
+  m->forward(tokens(300, 6), original, false);
+  const std::string inline_bytes = m->snapshot(original);
+  const int64_t floats = m->snapshot_floats(original);
+  EXPECT_GT(floats, 0);
+  const auto region = m->make_shared_region(floats);
+  std::string skeleton;
+  m->snapshot_pieces(original, [&](std::string piece) { skeleton += piece; }, region.get());
+  EXPECT_LT(skeleton.size() * 20, inline_bytes.size());
+
+  const auto opened = m->open_shared_region(region->handle());
+  EXPECT_EQ(opened->floats(), floats);
+  SequenceState into = m->new_sequence();
+  m->begin_restore(into, opened.get())->feed(skeleton);
+  EXPECT_EQ(into.num_tokens, 300);
+  EXPECT_EQ(m->snapshot(into), inline_bytes);
+
+  SequenceState other = m->new_sequence();
+  EXPECT_NE(error_of([&] { m->begin_restore(other, nullptr)->feed(skeleton); }).find("shared region"), std::string::npos);
+  const auto small = m->make_shared_region(floats / 2);
+  EXPECT_NE(error_of([&] { m->begin_restore(other, small.get())->feed(skeleton); }).find("outside the shared region"),
+            std::string::npos);
+  EXPECT_EQ(other.num_tokens, 0);
+  // Inline bytes restore as ever, a region given or not.
+  m->begin_restore(other, opened.get())->feed(inline_bytes);
+  EXPECT_EQ(other.num_tokens, 300);
+
+  for (const std::string bad : {"cuda-ipc:0:4:00", "shm:/no-such-strata-region:16", "shm:/x:many", "shm:/a/b:4"})
+    EXPECT_NE(error_of([&] { m->open_shared_region(bad); }).find("shared memory"), std::string::npos) << bad;
 }
 
 class StateSnapshotErrors : public ::testing::Test {

@@ -68,6 +68,10 @@ prefill/decode disaggregation (docs/disaggregation.md):
                              here
   --transfer-timeout S       seconds a prompt's remote prefill and state transfer may take; past it, or on any
                              failure, the prompt is computed here and the client sees no error (default 60)
+  --transfer tcp|shared      how a decode replica asks for the state: tcp (default): every byte over the socket;
+                             shared: the prefill replica is on this host, and the state's floats move through
+                             memory both map (CUDA IPC device memory on GPUs, POSIX shared memory on CPUs), only
+                             its skeleton over the socket (a replica that cannot answers over tcp)
 )";
 constexpr const char* kHelpTail = R"(
 Endpoints: POST /v1/chat/completions, POST /v1/completions (stream or not), GET /v1/models, GET /health,
@@ -86,7 +90,7 @@ int serve_command(const std::vector<std::string>& argv) {
                   with_cache_options({"model", "host", "port", "device", "precision", "cuda-graphs", "api-key", "served-model-name", "max-model-len", "state-memory",
                    "max-num-seqs", "max-num-batched-tokens", "max-body-bytes", "max-n", "shutdown-grace", "idle-timeout",
                    "cache-scope", "grammar-cache", "grammar-compile-timeout", "grammar-max-bytes", "role",
-                   "prefill-peer", "transfer-timeout"}),
+                   "prefill-peer", "transfer-timeout", "transfer"}),
                   {"help", "cuda-op-times"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
@@ -126,6 +130,9 @@ int serve_command(const std::vector<std::string>& argv) {
   }
   const double transfer_timeout_s = args.number("transfer-timeout", 60.0);
   if (!(transfer_timeout_s > 0)) fail("option --transfer-timeout: expected seconds > 0, found ", transfer_timeout_s);
+  const std::string transfer = args.str("transfer", "tcp");
+  if (transfer != "tcp" && transfer != "shared")
+    fail("option --transfer: expected tcp or shared, found '", transfer, "'");
   const std::string dir = model_dir_or_default(args);  // after the options: a bad flag is named before the model
 
   // Block the shutdown signals before any thread starts, so every thread inherits the mask and only the
@@ -172,6 +179,7 @@ int serve_command(const std::vector<std::string>& argv) {
   sc.role = role;
   sc.prefill_peer = prefill_peer;
   sc.transfer_timeout = std::chrono::milliseconds(static_cast<int64_t>(transfer_timeout_s * 1000));
+  sc.shared_transfer = transfer == "shared";
 
   server::Server server(model, tokenizer, ec, sc);
   server.start();

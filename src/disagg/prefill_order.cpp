@@ -12,6 +12,10 @@ std::string to_json(const PrefillOrder& order) {
                       {"cache", order.cache},
                       {"cache_scope", order.cache_scope},
                       {"cache_ttl_seconds", order.cache_ttl_seconds}};
+  if (order.shared_floats) {
+    j["shared_floats"] = true;
+    j["lease_ms"] = order.lease_ms;
+  }
   return j.dump();
 }
 
@@ -46,7 +50,27 @@ PrefillOrder parse_prefill_order(std::string_view body) {
       fail("prefill order: 'cache_ttl_seconds' must be a whole number ≥ 0");
     o.cache_ttl_seconds = t->get<int64_t>();
   }
+  if (const auto f = j.find("shared_floats"); f != j.end()) {
+    if (!f->is_boolean()) fail("prefill order: 'shared_floats' must be true or false");
+    o.shared_floats = f->get<bool>();
+  }
+  if (const auto l = j.find("lease_ms"); l != j.end()) {
+    if (!l->is_number_integer() || l->get<int64_t>() < 1 || l->get<int64_t>() > int64_t{24} * 3600 * 1000)
+      fail("prefill order: 'lease_ms' must be a whole number of milliseconds in [1, 86400000]");
+    o.lease_ms = l->get<int64_t>();
+  }
   return o;
+}
+
+std::string release_json(const std::string& handle) { return nlohmann::json{{"handle", handle}}.dump(); }
+
+std::string parse_release(std::string_view body) {
+  const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) fail("release: the body is not a JSON object");
+  const auto h = j.find("handle");
+  if (h == j.end() || !h->is_string() || h->get<std::string>().empty())
+    fail("release: 'handle' must be the shared region's handle (the X-Strata-Shared-Floats header of the prefill)");
+  return h->get<std::string>();
 }
 
 }  // namespace strata::disagg

@@ -41,6 +41,9 @@ class StateTransport {
   // TransferError, and then `into` may hold part of the state.
   virtual PrefilledState prefill(const std::string& peer, const PrefillOrder& order, const TransferControl& control,
                                  engine::StateStream& into) = 0;
+  // Same-host transfer: tells the prefill replica that its shared region `handle` has been read (it frees it; it
+  // would at the lease's end anyway). Throws TransferError.
+  virtual void release(const std::string& peer, const std::string& handle, const TransferControl& control) = 0;
 };
 
 }  // namespace strata::disagg

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <memory>
 
 #include "bench/serve_client.h"
 #include "core/error.h"
@@ -151,6 +152,7 @@ struct Head {
   int64_t content_length = -1;
   bool chunked = false;
   int64_t state_tokens = -1, cached_tokens = 0;
+  std::string shared_floats;  // the shared region's handle, on a same-host transfer
 };
 
 Head parse_head(std::string_view head, const std::string& peer) {
@@ -173,6 +175,12 @@ Head parse_head(std::string_view head, const std::string& peer) {
     else if (name == "transfer-encoding") h.chunked = lower(value).find("chunked") != std::string::npos;
     else if (name == lower(kStateTokensHeader)) h.state_tokens = to_int(value, peer, kStateTokensHeader.data());
     else if (name == lower(kCachedTokensHeader)) h.cached_tokens = to_int(value, peer, kCachedTokensHeader.data());
+    else if (name == lower(kSharedFloatsHeader)) {
+      std::string_view v = value;
+      while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+      while (!v.empty() && (v.back() == ' ' || v.back() == '\r')) v.remove_suffix(1);
+      h.shared_floats = std::string(v);
+    }
   }
   return h;
 }
@@ -226,35 +234,50 @@ class Dechunker {
 
 }  // namespace
 
-PrefilledState TcpStateTransport::prefill(const std::string& peer, const PrefillOrder& order,
-                                          const TransferControl& control, engine::StateStream& into) {
+namespace {
+
+// Connects to `peer` and sends `body` as a POST to `path`.
+std::unique_ptr<Socket> post_json(const std::string& peer, std::string_view path, const std::string& body,
+                                  const TransferControl& control, std::string_view accept) {
   bench::ServerUrl url;
   try {
     url = bench::parse_server_url(peer);
   } catch (const Error& e) {
     transfer_fail(Kind::Connect, cat("prefill replica '", peer, "': ", e.what()));
   }
-  Socket socket(peer, control);
-  socket.connect(url.host, url.port);
-  const std::string body = to_json(order);
-  std::string request = cat("POST ", url.prefix, kPrefillPath, " HTTP/1.1\r\nHost: ", url.host, ":", url.port,
-                            "\r\nContent-Type: application/json\r\nAccept: application/octet-stream\r\nContent-Length: ",
+  auto socket = std::make_unique<Socket>(peer, control);
+  socket->connect(url.host, url.port);
+  std::string request = cat("POST ", url.prefix, path, " HTTP/1.1\r\nHost: ", url.host, ":", url.port,
+                            "\r\nContent-Type: application/json\r\nAccept: ", accept, "\r\nContent-Length: ",
                             body.size(), "\r\nConnection: close\r\n");
   if (!control.authorization.empty()) request += cat("Authorization: ", control.authorization, "\r\n");
   request += "\r\n";
   request += body;
-  socket.send_all(request);
+  socket->send_all(request);
+  return socket;
+}
 
-  std::string raw;
+// Reads the response's head; `raw` keeps what came after it.
+Head read_head(Socket& socket, std::string& raw, const std::string& peer, const char* doing) {
   size_t head_end = std::string::npos;
   while ((head_end = raw.find("\r\n\r\n")) == std::string::npos) {
-    if (!socket.receive(raw, "waiting for the prefill"))
-      transfer_fail(Kind::Protocol, cat(peer, ": the connection closed before a response"));
+    if (!socket.receive(raw, doing)) transfer_fail(Kind::Protocol, cat(peer, ": the connection closed before a response"));
     if (raw.size() > (64u << 10) && raw.find("\r\n\r\n") == std::string::npos)
       transfer_fail(Kind::Protocol, cat(peer, ": a response head over 64 KiB"));
   }
   const Head head = parse_head(std::string_view(raw).substr(0, head_end + 2), peer);
   raw.erase(0, head_end + 4);
+  return head;
+}
+
+}  // namespace
+
+PrefilledState TcpStateTransport::prefill(const std::string& peer, const PrefillOrder& order,
+                                          const TransferControl& control, engine::StateStream& into) {
+  const std::unique_ptr<Socket> connection = post_json(peer, kPrefillPath, to_json(order), control, "application/octet-stream");
+  Socket& socket = *connection;
+  std::string raw;
+  const Head head = read_head(socket, raw, peer, "waiting for the prefill");
   if (head.content_length > control.max_state_bytes)
     transfer_fail(Kind::Protocol, cat(peer, ": a state of ", head.content_length, " bytes, over the limit of ",
                                       control.max_state_bytes));
@@ -262,7 +285,14 @@ PrefilledState TcpStateTransport::prefill(const std::string& peer, const Prefill
   if (ok && head.state_tokens != static_cast<int64_t>(order.tokens.size()))
     transfer_fail(Kind::Protocol, cat(peer, ": a state of ", head.state_tokens, " tokens for an order of ",
                                       order.tokens.size()));
-  if (ok) into.set_cached_tokens(std::min(head.cached_tokens, head.state_tokens));
+  if (ok) {
+    into.set_cached_tokens(std::min(head.cached_tokens, head.state_tokens));
+    if (!head.shared_floats.empty()) {
+      if (!order.shared_floats)
+        transfer_fail(Kind::Protocol, cat(peer, ": a shared region (", kSharedFloatsHeader, ") that was not asked for"));
+      into.set_shared_floats(head.shared_floats);
+    }
+  }
 
   // The body, handed on as it arrives (an error's is kept for the message).
   Dechunker chunks(peer);
@@ -303,6 +333,13 @@ PrefilledState TcpStateTransport::prefill(const std::string& peer, const Prefill
   out.cached_tokens = std::min(head.cached_tokens, head.state_tokens);
   out.bytes = received;
   return out;
+}
+
+void TcpStateTransport::release(const std::string& peer, const std::string& handle, const TransferControl& control) {
+  const std::unique_ptr<Socket> socket = post_json(peer, kReleasePath, release_json(handle), control, "application/json");
+  std::string raw;
+  const Head head = read_head(*socket, raw, peer, "waiting for the release's answer");
+  if (head.status != 200) transfer_fail(Kind::Refused, cat(peer, ": the release of ", handle, ": HTTP ", head.status));
 }
 
 }  // namespace strata::disagg

@@ -11,6 +11,7 @@ class TcpStateTransport : public StateTransport {
  public:
   PrefilledState prefill(const std::string& peer, const PrefillOrder& order, const TransferControl& control,
                          engine::StateStream& into) override;
+  void release(const std::string& peer, const std::string& handle, const TransferControl& control) override;
 };
 
 }  // namespace strata::disagg

@@ -48,12 +48,25 @@ int64_t Engine::reported_cached_tokens(Sequence& s) {
 
 void Engine::export_state(Sequence& s, std::vector<TokenEvent>& events) {
   StateStream& out = *s.handoff.export_to;
+  const model::SequenceState& state = pool_.slot(s.slot);
   out.set_cached_tokens(reported_cached_tokens(s));
-  // Piece by piece: the server sends each layer's as soon as it is off the device.
-  model_.snapshot_pieces(pool_.slot(s.slot), [&](std::string piece) {
+  std::shared_ptr<model::SharedRegion> region;
+  if (s.handoff.export_shared) {
+    try {
+      region = model_.make_shared_region(model_.snapshot_floats(state));
+      out.set_shared_floats(region->handle(), region);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "strata: request %s: no shared region for its state (%s); sending the floats in the bytes\n",
+                   s.request_id.c_str(), e.what());
+      region.reset();
+    }
+  }
+  // Piece by piece: the server sends each layer's as soon as it is off the device (or, shared, in the region).
+  model_.snapshot_pieces(state, [&](std::string piece) {
     totals_.exported_state_bytes += static_cast<int64_t>(piece.size());
     out.append(std::move(piece));
-  });
+  }, region.get());
+  if (region) totals_.exported_state_bytes += region->floats() * static_cast<int64_t>(sizeof(float));
   out.finish();
   ++totals_.exported_states;
   events.push_back({s.request_id, s.index, std::nullopt, 0, {}, false, FinishReason::None, {}, {}});
@@ -142,6 +155,8 @@ bool Engine::abort(const std::string& request_id) {
 void Engine::finish(Sequence& seq, FinishReason reason, std::vector<TokenEvent>& events, bool with_token) {
   // An export that ends without its state (aborted, or the prompt could not run) tells its reader so.
   if (seq.handoff.export_to) seq.handoff.export_to->fail(cat("the prefill ended without a state (", to_string(reason), ")"));
+  // Nothing reads an arriving state's shared region after its sequence ends: its maker may free it.
+  if (seq.handoff.incoming) seq.handoff.incoming->release_shared();
   if (!with_token) events.push_back({seq.request_id, seq.index, std::nullopt, 0, {}, true, reason, {}, {}});
   else {
     events.back().finished = true;

@@ -1,8 +1,9 @@
 #pragma once
 // Prefill/decode disaggregation, the decode side's connector: a sequence admitted with a state another engine is
 // computing (StateHandoff::incoming, a stream of Model::snapshot bytes) takes its slot and its prompt's token blocks
-// at once, then restores each layer as its bytes arrive (Model::begin_restore), and starts computing — the last
-// prompt token — when the last layer is in. Bytes that cannot be used (damaged, another model, as long as the whole
+// at once, then restores each layer as its bytes arrive (Model::begin_restore; from a shared region's floats when the
+// bytes are a same-host transfer's skeleton), and starts computing — the last prompt token — when the last layer is
+// in. Bytes that cannot be used (damaged, another model, as long as the whole
 // prompt) and streams that fail are counted and logged, and the prompt is computed here in the same slot; a pool
 // without room for the state now defers the admission (state_connector.h kWaitForRoom).
 #include <map>
@@ -30,12 +31,15 @@ class ImportedStateConnector : public StateConnector {
   struct Restore {
     Sequence* sequence;
     model::SequenceState* state;                   // its slot's
-    std::unique_ptr<model::StateRestore> restore;  // into `state`
+    std::unique_ptr<model::StateRestore> restore;  // into `state`, begun with the first bytes
+    std::unique_ptr<model::SharedRegion> region;   // a same-host transfer's floats, opened with the first bytes
     size_t next_chunk = 0;                         // of its stream
   };
   // Feeds what has arrived; true when the restore is over (done or given up).
   bool advance(Restore& r);
   void give_up(Restore& r, const std::string& why);
+  // The restore is over: the shared region is closed and its maker told it may free it.
+  void end(Restore& r);
 
   const model::Model& model_;
   model::StatePool& pool_;

@@ -42,6 +42,10 @@ struct StateHandoff {
   // Prefill side: compute the whole prompt, write its state into this stream piece by piece (Model::snapshot_pieces,
   // then finish; fail if the sequence ends without it), and finish with reason Stop, sampling nothing.
   std::shared_ptr<StateStream> export_to;
+  // With export_to, on a host shared with its reader: the floats go into a shared region (Model::make_shared_region:
+  // CUDA IPC memory, POSIX shared memory) and the stream carries the skeleton; where the model cannot make one, the
+  // floats go in the bytes as usual.
+  bool export_shared = false;
   // Decode side: the state of the prompt's first tokens, computed by another engine and arriving here as a stream.
   // At admission the sequence takes a slot and the token blocks of its whole prompt, then waits (holding them)
   // while each layer is restored as its bytes arrive; when the last one is in, it computes the last prompt token.

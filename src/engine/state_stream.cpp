@@ -62,6 +62,44 @@ bool StateStream::ended() const {
   return finished_ || failed_.has_value();
 }
 
+void StateStream::set_shared_floats(std::string handle, std::shared_ptr<model::SharedRegion> keep) {
+  std::lock_guard lock(mu_);
+  if (!chunks_.empty()) strata::fail("state stream: the shared region is named after the first bytes");
+  shared_handle_ = std::move(handle);
+  shared_keep_ = std::move(keep);
+}
+
+std::string StateStream::shared_floats() const {
+  std::lock_guard lock(mu_);
+  return shared_handle_;
+}
+
+std::shared_ptr<model::SharedRegion> StateStream::take_shared_region() {
+  std::lock_guard lock(mu_);
+  return std::move(shared_keep_);
+}
+
+void StateStream::release_shared() {
+  std::function<void()> run;
+  {
+    std::lock_guard lock(mu_);
+    if (shared_released_) return;
+    shared_released_ = true;
+    run = std::move(on_release_);
+  }
+  if (run) run();
+}
+
+bool StateStream::shared_released() const {
+  std::lock_guard lock(mu_);
+  return shared_released_;
+}
+
+void StateStream::on_shared_released(std::function<void()> on_release) {
+  std::lock_guard lock(mu_);
+  on_release_ = std::move(on_release);
+}
+
 void StateStream::on_change(std::function<void()> notify) {
   bool now = false;
   {

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "model/shared_region.h"
+
 namespace strata::engine {
 
 class StateStream {
@@ -35,6 +37,18 @@ class StateStream {
   int64_t bytes() const;
   bool ended() const;
 
+  // Same-host transfer (model/shared_region.h): the state's floats are in the region this handle names and the
+  // bytes are its skeleton. Set by the producer before its first byte; `keep` (the maker's region, prefill side)
+  // lives as long as the stream or until taken.
+  void set_shared_floats(std::string handle, std::shared_ptr<model::SharedRegion> keep = nullptr);
+  std::string shared_floats() const;  // "" : the floats are in the bytes
+  std::shared_ptr<model::SharedRegion> take_shared_region();
+  // The reader is done with the shared region (restored from it, gave up, or ended): its maker may free it, and
+  // nothing reads it again. The first call runs `on_release` (set before); later ones do nothing.
+  void release_shared();
+  bool shared_released() const;
+  void on_shared_released(std::function<void()> on_release);
+
   // Called on the producer's thread after each append, finish or fail (and at once when set on a stream that has
   // something): a reader that sleeps until there is more to read. It must be quick and must not call back into
   // the stream's producer side. Replaces the previous one; an empty function clears it.
@@ -49,6 +63,10 @@ class StateStream {
   bool finished_ = false;
   std::optional<std::string> failed_;
   std::shared_ptr<const std::function<void()>> notify_;
+  std::string shared_handle_;
+  std::shared_ptr<model::SharedRegion> shared_keep_;
+  bool shared_released_ = false;
+  std::function<void()> on_release_;
 };
 
 }  // namespace strata::engine

@@ -17,6 +17,7 @@
 #include "model/logits_stage.h"
 #include "model/model_fingerprint.h"
 #include "model/sequence_state.h"
+#include "model/shared_region.h"
 #include "model/state_layout.h"
 #include "model/state_restore.h"
 
@@ -62,11 +63,21 @@ class Model {
   virtual std::string snapshot(const SequenceState& state) const = 0;
   virtual void restore(std::string_view bytes, SequenceState& into) const = 0;
   // The same snapshot, piece by piece (a header, then one piece per layer), each handed to `piece` as soon as it is
-  // made: a transfer sends early layers while later ones are still being read off the device.
-  virtual void snapshot_pieces(const SequenceState& state, const std::function<void(std::string)>& piece) const = 0;
+  // made: a transfer sends early layers while later ones are still being read off the device. With `floats_into`
+  // (same-host transfer), the state's floats are copied into that region (device to device) and the pieces carry
+  // only the skeleton: counts, offsets into the region, checksums; the region must hold snapshot_floats(state).
+  virtual void snapshot_pieces(const SequenceState& state, const std::function<void(std::string)>& piece,
+                               SharedRegion* floats_into) const = 0;
+  virtual int64_t snapshot_floats(const SequenceState& state) const = 0;
   // A restore into `into` that takes the snapshot's bytes as they arrive (state_restore.h). Token blocks `into`
   // already holds (reserved before the bytes came: a decode replica's pre-allocated slot) are used, not released.
-  virtual std::unique_ptr<StateRestore> begin_restore(SequenceState& into) const = 0;
+  // `floats_from`: the region a skeleton's floats are in (null: the bytes carry them; a skeleton is then refused).
+  virtual std::unique_ptr<StateRestore> begin_restore(SequenceState& into, const SharedRegion* floats_from) const = 0;
+  // Memory another engine process of this host can open by handle (model/shared_region.h); throw naming the cause.
+  virtual std::unique_ptr<SharedRegion> make_shared_region(int64_t floats) const = 0;
+  virtual std::unique_ptr<SharedRegion> open_shared_region(const std::string& handle) const = 0;
+  // Waits until this model's copies of state are done (before another process reads what they wrote).
+  virtual void synchronize() const = 0;
 
   // A prefix cache's view (cache/): a state at a token-block boundary is its token blocks (content-addressed,
   // shared by every longer prefix) plus its boundary rows (sliding window, the compressors' open windows).

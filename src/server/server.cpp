@@ -204,8 +204,8 @@ void Server::handle(std::shared_ptr<HttpExchange> exchange) {
   }
   const bool chat = path == "/v1/chat/completions", completions = path == "/v1/completions";
   const bool models = path == "/v1/models", one_model = path.rfind("/v1/models/", 0) == 0;
-  const bool prefill = path == disagg::kPrefillPath;
-  if (!chat && !completions && !models && !one_model && !prefill)
+  const bool prefill = path == disagg::kPrefillPath, release = path == disagg::kReleasePath;
+  if (!chat && !completions && !models && !one_model && !prefill && !release)
     return send_error(*exchange, RequestError(404, "", cat("no route for ", req.method, " ", path), "invalid_request_error", "not_found"));
   const std::optional<size_t> key = authorized(req);
   if (!key)
@@ -222,6 +222,7 @@ void Server::handle(std::shared_ptr<HttpExchange> exchange) {
     return exchange->respond(json_response(200, models_body(&name)));
   }
   if (!expect_method("POST")) return;
+  if (release) return release_shared(*exchange);  // also while shutting down: it frees memory
   if (shutting_down_)
     return send_error(*exchange, RequestError(503, "", "the server is shutting down", "server_error"));
   if (prefill && cfg_.role == disagg::Role::Decode)
@@ -319,6 +320,28 @@ void Server::fetch_states(std::shared_ptr<Prepared> prepared, const std::string&
     order.cache = cache.enabled;
     order.cache_scope = cache.scope;
     order.cache_ttl_seconds = cache.ttl_seconds;
+    // A shared region has one reader: n > 1 sequences (each restoring at its own admission) get every byte.
+    if (cfg_.shared_transfer && prepared->request.sampling.n == 1) {
+      order.shared_floats = true;
+      // Past the deadline nothing here reads the region; the margin covers a restore under way at that moment.
+      order.lease_ms = std::chrono::duration_cast<std::chrono::milliseconds>(control.deadline - Clock::now()).count() + 30000;
+      stream->on_shared_released([this, peer, stream = std::weak_ptr<engine::StateStream>(stream), control] {
+        const std::shared_ptr<engine::StateStream> s = stream.lock();
+        const std::string handle = s ? s->shared_floats() : std::string();
+        if (handle.empty()) return;  // answered with every byte in the body
+        transfers_->post([this, peer, handle, control] {
+          disagg::TransferControl quick = control;
+          quick.cancelled = {};
+          quick.deadline = Clock::now() + std::chrono::seconds(5);
+          try {
+            transport_->release(peer, handle, quick);
+          } catch (const disagg::TransferError& e) {
+            std::fprintf(stderr, "strata: releasing %s on %s failed (%s); its lease ends it\n", handle.c_str(),
+                         peer.c_str(), e.what());
+          }
+        });
+      });
+    }
     const Clock::time_point start = Clock::now();
     try {
       const disagg::PrefilledState got = transport_->prefill(peer, order, control, *stream);
@@ -357,14 +380,15 @@ void Server::prefill_for_peer(std::shared_ptr<HttpExchange> exchange, size_t key
   cache.enabled = order.cache;
   cache.scope = order.cache_scope;
   cache.ttl_seconds = order.cache_ttl_seconds;
-  http_->post([this, exchange, tokens = std::move(order.tokens), cache]() mutable {
+  http_->post([this, exchange, order = std::move(order), cache]() mutable {
     --preparing_;
-    submit_prefill(exchange, std::move(tokens), cache);
+    submit_prefill(exchange, std::move(order), cache);
   });
 }
 
-void Server::submit_prefill(std::shared_ptr<HttpExchange> exchange, std::vector<int32_t> tokens,
+void Server::submit_prefill(std::shared_ptr<HttpExchange> exchange, disagg::PrefillOrder order,
                             engine::CacheOptions cache) {
+  std::vector<int32_t> tokens = std::move(order.tokens);
   if (shutting_down_) {
     send_error(*exchange, RequestError(503, "", "the server is shutting down", "server_error"));
     return maybe_finish_shutdown();
@@ -378,8 +402,10 @@ void Server::submit_prefill(std::shared_ptr<HttpExchange> exchange, std::vector<
   exported->exchange = exchange;
   exported->stream = std::make_shared<engine::StateStream>();
   exported->tokens = count;
+  exported->lease = std::chrono::milliseconds(order.lease_ms);
   engine::StateHandoff handoff;
   handoff.export_to = exported->stream;
+  handoff.export_shared = order.shared_floats;
   // Each piece goes out as it comes off the device (the engine thread appends them, the I/O thread sends them).
   exported->stream->on_change([this, id] { http_->post([this, id] { send_export(id); }); });
   try {
@@ -401,9 +427,11 @@ void Server::send_export(const std::string& id) {
   Export& e = *it->second;
   const engine::StateStream::Read read = e.stream->read_from(e.sent_chunks);
   if (!e.begun && !read.chunks.empty()) {
-    e.exchange->begin_stream(200, "application/octet-stream",
-                             {{std::string(disagg::kStateTokensHeader), std::to_string(e.tokens)},
-                              {std::string(disagg::kCachedTokensHeader), std::to_string(e.stream->cached_tokens())}});
+    std::vector<HttpHeader> headers = {{std::string(disagg::kStateTokensHeader), std::to_string(e.tokens)},
+                                       {std::string(disagg::kCachedTokensHeader), std::to_string(e.stream->cached_tokens())}};
+    if (const std::string shared = e.stream->shared_floats(); !shared.empty())
+      headers.push_back({std::string(disagg::kSharedFloatsHeader), shared});
+    e.exchange->begin_stream(200, "application/octet-stream", std::move(headers));
     e.begun = true;
   }
   for (const auto& chunk : read.chunks) e.exchange->write(*chunk);
@@ -415,8 +443,28 @@ void Server::send_export(const std::string& id) {
   else send_error(*e.exchange, RequestError(503, "", cat("the prefill failed: ", read.failed.value_or("no state")),
                                             "server_error"));
   e.stream->on_change({});
+  // The region outlives the response: the decode replica reads it after the skeleton's bytes (perhaps while the
+  // response ends early), then releases it.
+  const Clock::time_point now = Clock::now();
+  std::erase_if(leases_, [&](const auto& lease) { return lease.second.until <= now; });
+  if (std::shared_ptr<model::SharedRegion> region = e.stream->take_shared_region()) {
+    const std::string handle = region->handle();  // (the assignment's right side is evaluated first)
+    leases_[handle] = Lease{std::move(region), now + e.lease};
+  }
   exports_.erase(it);
   maybe_finish_shutdown();
+}
+
+void Server::release_shared(HttpExchange& exchange) {
+  try {
+    const std::string handle = disagg::parse_release(exchange.request().body);
+    const bool released = leases_.erase(handle) > 0;
+    const Clock::time_point now = Clock::now();
+    std::erase_if(leases_, [&](const auto& lease) { return lease.second.until <= now; });
+    exchange.respond(json_response(200, nlohmann::json{{"released", released}}.dump()));
+  } catch (const Error& e) {
+    send_error(exchange, RequestError(400, "handle", e.what()));
+  }
 }
 
 void Server::admit(std::shared_ptr<Prepared> prepared) {

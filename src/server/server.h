@@ -60,6 +60,9 @@ struct ServerConfig {
   std::string prefill_peer;
   std::chrono::milliseconds transfer_timeout{std::chrono::seconds(60)};  // per prompt, the remote prefill included
   int transfer_threads = 16;  // transfers in flight at once (each waits on its socket)
+  // Decode side, with the prefill replica on this host: ask for the state's floats in a shared region (CUDA IPC,
+  // POSIX shared memory) and only its skeleton over the socket (a prompt with n > 1 still gets all its bytes).
+  bool shared_transfer = false;
   std::shared_ptr<disagg::StateTransport> transport;  // null: TCP
 };
 
@@ -104,7 +107,8 @@ class Server {
   void fetch_states(std::shared_ptr<Prepared> prepared, const std::string& peer);
   // Prefill side: POST /strata/v1/prefill, parsed on a worker and submitted on the I/O thread.
   void prefill_for_peer(std::shared_ptr<HttpExchange> exchange, size_t key);
-  void submit_prefill(std::shared_ptr<HttpExchange> exchange, std::vector<int32_t> tokens, engine::CacheOptions cache);
+  void submit_prefill(std::shared_ptr<HttpExchange> exchange, disagg::PrefillOrder order, engine::CacheOptions cache);
+  void release_shared(HttpExchange& exchange);  // POST /strata/v1/prefill/release
   void send_export(const std::string& id);  // I/O thread: what has come of an export goes out
   void admit(std::shared_ptr<Prepared> prepared);
   void on_event(const std::shared_ptr<ActiveRequest>& request, size_t choice, const engine::TokenEvent& event);
@@ -151,8 +155,16 @@ class Server {
     int64_t tokens = 0;
     size_t sent_chunks = 0;
     bool begun = false;  // the response's head is out
+    std::chrono::milliseconds lease{0};  // a shared region's, once the state is out
   };
   std::map<std::string, std::shared_ptr<Export>> exports_;
+  // Prefill side: shared regions (same-host transfers) kept for their decode replicas until released or their
+  // lease ends, by handle.
+  struct Lease {
+    std::shared_ptr<model::SharedRegion> region;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::map<std::string, Lease> leases_;
   uint64_t next_export_ = 0;
   int64_t preparing_ = 0;  // bodies handed to the workers and not admitted yet
   bool shutting_down_ = false;

@@ -2,7 +2,8 @@
 // answers exactly what a colocated server answers (tokens and logprobs, a concurrent batch, n > 1, streaming); a
 // transfer that fails in any way (nothing listening, a wedged replica past the deadline, a replica dying in the
 // middle of the state, damaged state bytes, a refusal) leaves the prompt to be computed on the decode replica with
-// the same answer and no error; the roles refuse what is not theirs.
+// the same answer and no error; a same-host transfer moves the floats through shared memory; the roles refuse
+// what is not theirs.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <memory>
@@ -35,7 +37,7 @@ struct Replica {
   std::unique_ptr<model::v4::Model> model;
   std::unique_ptr<Server> server;
   Replica(const text::Tokenizer& tokenizer, disagg::Role role, const std::string& prefill_peer, bool cache,
-          std::chrono::milliseconds transfer_timeout = std::chrono::seconds(60)) {
+          std::chrono::milliseconds transfer_timeout = std::chrono::seconds(60), bool shared_transfer = false) {
     model = std::make_unique<model::v4::Model>(model::v4::load_model(test::served_model_dir()));
     engine::EngineConfig ec;
     ec.max_model_len = 2048;
@@ -50,6 +52,7 @@ struct Replica {
     sc.role = role;
     sc.prefill_peer = prefill_peer;
     sc.transfer_timeout = transfer_timeout;
+    sc.shared_transfer = shared_transfer;
     server = std::make_unique<Server>(*model, tokenizer, ec, sc);
     server->start();
   }
@@ -316,6 +319,54 @@ TEST_F(Disaggregation, EveryFailedTransferIsComputedHereWithTheSameAnswer) {
   }
   // A peer that is not a URL at all.
   EXPECT_EQ(via("ftp://nowhere"), want);
+}
+
+// Same host (--transfer shared): the state's floats go through POSIX shared memory (CUDA IPC memory on GPUs), only
+// the skeleton over the socket; the answers are the colocated ones, and every region is released and unlinked.
+TEST_F(Disaggregation, ASharedTransferMovesTheFloatsThroughMemoryAndReleasesThem) {
+  Replica shared(*tokenizer_, disagg::Role::Decode, prefill_->url(), false, std::chrono::seconds(60), true);
+  const auto regions_of_this_process = [] {
+    int n = 0;
+    const std::string mine = "strata-" + std::to_string(::getpid()) + "-";
+    for (const auto& f : std::filesystem::directory_iterator("/dev/shm"))
+      if (f.path().filename().string().rfind(mine, 0) == 0) ++n;
+    return n;
+  };
+  const std::string bytes_metric = "strata_pd_transfer_bytes_total{model_name=\"model\"} ";
+  const json body = prompt_body(300, 11);
+  const json want = answer(complete(colocated_->port(), body));
+
+  const double tcp_before = metric(decode_->port(), bytes_metric);
+  EXPECT_EQ(answer(complete(decode_->port(), body)), want);
+  const double tcp_bytes = metric(decode_->port(), bytes_metric) - tcp_before;
+
+  std::vector<json> bodies = {body, prompt_body(2, 12), prompt_body(129, 13), prompt_body(500, 14)};
+  std::vector<std::future<json>> got;
+  for (const json& b : bodies) got.push_back(std::async(std::launch::async, [&] { return complete(shared.port(), b); }));
+  for (size_t i = 0; i < bodies.size(); ++i) EXPECT_EQ(answer(got[i].get()), answer(complete(colocated_->port(), bodies[i]))) << i;
+  const double shared_bytes = metric(shared.port(), bytes_metric);
+  EXPECT_EQ(metric(shared.port(), "strata_pd_transfers_total{model_name=\"model\",result=\"ok\"} "), 4);
+  EXPECT_EQ(metric(shared.port(), "strata_pd_import_failures_total{model_name=\"model\"} "), 0);
+  // The skeletons of four states against the whole bytes of one of them.
+  EXPECT_GT(shared_bytes, 0);
+  EXPECT_LT(shared_bytes, tcp_bytes / 10) << "the floats did not go through the shared region";
+  // Each region is released once its state is restored: none is left behind.
+  for (int i = 0; i < 200 && regions_of_this_process() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(regions_of_this_process(), 0);
+
+  // n = 2 reads the state twice, at two admissions: it gets every byte instead.
+  json n2 = prompt_body(100, 15);
+  n2["n"] = 2;
+  EXPECT_EQ(answer(complete(shared.port(), n2)), answer(complete(colocated_->port(), n2)));
+  EXPECT_GT(metric(shared.port(), bytes_metric) - shared_bytes, tcp_bytes / 10);
+
+  // A release naming no region is answered, and a malformed one is a 400.
+  HttpReply r = post(prefill_->port(), "/strata/v1/prefill/release", {{"handle", "shm:/strata-none:4"}});
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.json()["released"], false);
+  r = post(prefill_->port(), "/strata/v1/prefill/release", {{"region", 1}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.json()["error"]["message"].get<std::string>().find("'handle'"), std::string::npos) << r.body;
 }
 
 TEST_F(Disaggregation, RolesRefuseWhatIsNotTheirs) {

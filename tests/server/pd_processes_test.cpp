@@ -1,5 +1,6 @@
 // Prefill/decode disaggregation as separate processes behind `strata route` (issue 15's PD tests): the answers
-// through a prefill + decode pair equal a colocated replica's; a prefill replica killed in the middle of its
+// through a prefill + decode pair equal a colocated replica's, over TCP and through shared memory (--transfer shared);
+// a prefill replica killed in the middle of its
 // transfers leaves every request to complete (its decode replica computes the prompts); a decode replica killed in
 // the middle of its streams ends them with a clear error while new requests go to the surviving decode replica.
 #include <gtest/gtest.h>
@@ -82,6 +83,20 @@ TEST(PdProcesses, ThroughTheRouterAPairAnswersAsAColocatedReplica) {
   }
   EXPECT_EQ(replica_metric(decode.port(), "strata_pd_transfers_total", "result=\"ok\""), n);
   EXPECT_EQ(replica_metric(prefill.port(), "strata_pd_exported_states_total"), n);
+
+  // The same host, --transfer shared: the floats cross between the two processes through POSIX shared memory, the
+  // skeleton over the socket; the answers are the same.
+  Replica shared(0, {"--role", "decode", "--prefill-peer", prefill.url(), "--transfer", "shared"});
+  ASSERT_NE(shared.port(), 0) << shared.child.output;
+  for (size_t i = 0; i < bodies.size(); i += 2) {
+    const HttpReply got = post(shared.port(), bodies[i], 120 * patience());
+    ASSERT_EQ(got.status, 200) << got.body;
+    EXPECT_EQ(got.json()["choices"], post(colocated.port(), bodies[i], 120 * patience()).json()["choices"]) << i;
+  }
+  EXPECT_EQ(replica_metric(shared.port(), "strata_pd_transfers_total", "result=\"ok\""), (n + 1) / 2);
+  EXPECT_EQ(replica_metric(shared.port(), "strata_pd_import_failures_total"), 0);
+  EXPECT_LT(replica_metric(shared.port(), "strata_pd_transfer_bytes_total") * 10,
+            replica_metric(decode.port(), "strata_pd_transfer_bytes_total"));
 }
 
 TEST(PdProcesses, APrefillReplicaKilledMidTransferLeavesEveryRequestToComplete) {

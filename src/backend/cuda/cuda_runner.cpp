@@ -2,6 +2,7 @@
 // one device block.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ipc_region.h"
 #include "backend/cuda/staged_copy.h"
 #include "model/deepseek_v4/model.h"
 
@@ -55,6 +56,15 @@ class CudaRunner : public ForwardRunner {
 
   void copy_floats(float* dst, const float* src, int64_t n) override {
     STRATA_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice));
+  }
+  std::unique_ptr<model::SharedRegion> make_shared_region(int64_t floats) override { return cuda::make_ipc_region(floats); }
+  std::unique_ptr<model::SharedRegion> open_shared_region(const std::string& handle) override {
+    return cuda::open_ipc_region(handle);
+  }
+  // A device-to-device cudaMemcpy may return before the copy is done; another process must not see it early.
+  void synchronize() override {
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   }
 
   // Through pinned buffers (staged_copy.h); a copy the staging refuses (an address on the wrong side) is reported by

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "model/host_shared_region.h"
 
 namespace strata::model::v4 {
 
@@ -92,6 +93,12 @@ class CpuRunner : public ForwardRunner {
   void copy_floats(float* dst, const float* src, int64_t n) override { std::copy(src, src + n, dst); }
   void to_host(float* dst, const float* src, int64_t n) override { std::copy(src, src + n, dst); }
   void from_host(float* dst, const float* src, int64_t n) override { std::copy(src, src + n, dst); }
+  std::unique_ptr<model::SharedRegion> make_shared_region(int64_t floats) override {
+    return model::make_host_shared_region(floats);
+  }
+  std::unique_ptr<model::SharedRegion> open_shared_region(const std::string& handle) override {
+    return model::open_host_shared_region(handle);
+  }
 
  private:
   const Model::Parts& p_;

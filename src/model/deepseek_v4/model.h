@@ -37,6 +37,12 @@ class ForwardRunner {
   // Between host memory and this backend's device memory (state snapshots, state_snapshot.h).
   virtual void to_host(float* host_dst, const float* device_src, int64_t n) = 0;
   virtual void from_host(float* device_dst, const float* host_src, int64_t n) = 0;
+  // Same-host state transfer (model/shared_region.h): memory of this backend's device that another process opens.
+  virtual std::unique_ptr<model::SharedRegion> make_shared_region(int64_t floats) = 0;
+  virtual std::unique_ptr<model::SharedRegion> open_shared_region(const std::string& handle) = 0;
+  // Waits until this backend's copies of state are done (before another process reads what they wrote, or a
+  // region they read from is given back).
+  virtual void synchronize() {}
   // Several from_host copies of `n` floats each (a prefix's token blocks), which a backend may overlap.
   struct HostCopy {
     float* device_dst;
@@ -78,8 +84,18 @@ class Model : public model::Model {
   ModelFingerprint fingerprint() const override;
   std::string snapshot(const SequenceState& state) const override;
   void restore(std::string_view bytes, SequenceState& into) const override;
-  void snapshot_pieces(const SequenceState& state, const std::function<void(std::string)>& piece) const override;
-  std::unique_ptr<model::StateRestore> begin_restore(SequenceState& into) const override;
+  void snapshot_pieces(const SequenceState& state, const std::function<void(std::string)>& piece,
+                       model::SharedRegion* floats_into) const override;
+  int64_t snapshot_floats(const SequenceState& state) const override;
+  std::unique_ptr<model::StateRestore> begin_restore(SequenceState& into,
+                                                     const model::SharedRegion* floats_from) const override;
+  std::unique_ptr<model::SharedRegion> make_shared_region(int64_t floats) const override {
+    return runner_->make_shared_region(floats);
+  }
+  std::unique_ptr<model::SharedRegion> open_shared_region(const std::string& handle) const override {
+    return runner_->open_shared_region(handle);
+  }
+  void synchronize() const override { runner_->synchronize(); }
   void read_block(const SequenceState& state, int64_t index, float* host) const override;
   std::string boundary_rows(const SequenceState& state) const override;
   void restore_prefix(const std::vector<PrefixBlock>& blocks, std::string_view boundary_rows,

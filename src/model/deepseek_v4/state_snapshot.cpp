@@ -22,6 +22,9 @@ constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', '4', 'S'};
 constexpr char kRowsMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', '4', 'R'};
 const char* magic_of(Sections s) { return s == Sections::Full ? kMagic : kRowsMagic; }
 constexpr uint32_t kVersion = 2;
+// The preamble's flags word. Bit 0: the floats are in a shared region, each run in a layer body replaced by its
+// offset there (i64, in floats): a same-host transfer's skeleton.
+constexpr uint32_t kFlagFloatsShared = 1;
 constexpr size_t kPreambleBytes = 16;  // magic, version, reserved
 constexpr size_t kLengthBytes = 8, kChecksumBytes = 8;
 
@@ -52,8 +55,20 @@ void check_state_of(const Model& model, const SequenceState& s, const char* role
          " layers, ", device_name(model.device()), ")");
 }
 
+}  // namespace
+
+// Where a snapshot's floats go: into its bytes (Inline), into a shared region with only their offset in the bytes
+// (same-host transfer), or nowhere (counting them).
+struct FloatPlacement {
+  enum Kind { Inline, Region, Count } kind = Inline;
+  model::SharedRegion* region = nullptr;  // Region
+  int64_t* next = nullptr;                // Region, Count: the next run's offset in floats
+};
+
 class ByteWriter {
  public:
+  ByteWriter() = default;
+  explicit ByteWriter(FloatPlacement placement) : placement_(placement) {}
   void u32(uint32_t v) { out_.append(reinterpret_cast<const char*>(&v), sizeof v); }
   void u64(uint64_t v) { out_.append(reinterpret_cast<const char*>(&v), sizeof v); }
   void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
@@ -64,6 +79,16 @@ class ByteWriter {
   // n floats of the backend's memory, staged on the host (the string's bytes need not be aligned for floats).
   void floats(ForwardRunner& runner, const float* src, int64_t n) {
     if (n == 0) return;
+    if (placement_.kind != FloatPlacement::Inline) {
+      const int64_t at = *placement_.next;
+      *placement_.next += n;
+      if (placement_.kind == FloatPlacement::Count) return;
+      if (*placement_.next > placement_.region->floats())
+        fail("state snapshot: the shared region holds ", placement_.region->floats(), " floats, the state more");
+      i64(at);
+      runner.copy_floats(placement_.region->data() + at, src, n);
+      return;
+    }
     staging_.resize(static_cast<size_t>(n));
     runner.to_host(staging_.data(), src, n);
     out_.append(reinterpret_cast<const char*>(staging_.data()), static_cast<size_t>(n) * sizeof(float));
@@ -81,11 +106,15 @@ class ByteWriter {
  private:
   std::string out_;
   std::vector<float> staging_;
+  FloatPlacement placement_;
 };
+
+namespace {
 
 class ByteReader {
  public:
-  ByteReader(std::string_view bytes, std::string where) : bytes_(bytes), where_(std::move(where)) {}
+  ByteReader(std::string_view bytes, std::string where, const model::SharedRegion* region = nullptr)
+      : bytes_(bytes), where_(std::move(where)), region_(region) {}
   uint64_t u64() {
     uint64_t v;
     std::memcpy(&v, take(sizeof v), sizeof v);
@@ -107,6 +136,14 @@ class ByteReader {
   // n floats into the backend's memory at dst.
   void floats(ForwardRunner& runner, float* dst, int64_t n) {
     if (n == 0) return;
+    if (region_) {  // a skeleton: the run's offset in the shared region
+      const int64_t at = i64();
+      if (at < 0 || at > region_->floats() - n)
+        fail("state snapshot: ", where_, ": floats [", at, ", ", at + n, ") lie outside the shared region's ",
+             region_->floats());
+      runner.copy_floats(dst, region_->data() + at, n);
+      return;
+    }
     staging_.resize(static_cast<size_t>(n));
     std::memcpy(staging_.data(), take(static_cast<size_t>(n) * sizeof(float)), static_cast<size_t>(n) * sizeof(float));
     runner.from_host(dst, staging_.data(), n);
@@ -127,6 +164,7 @@ class ByteReader {
   }
   std::string_view bytes_;
   std::string where_;
+  const model::SharedRegion* region_;
   std::vector<float> staging_;
 };
 
@@ -160,8 +198,10 @@ std::string_view open_section(std::string_view piece, size_t at, const std::stri
 
 }  // namespace
 
-SnapshotWriter::SnapshotWriter(const Model& model, const SequenceState& state, Sections sections)
-    : model_(model), state_(state), sections_(sections) {
+SnapshotWriter::SnapshotWriter(const Model& model, const SequenceState& state, Sections sections,
+                               model::SharedRegion* floats_into)
+    : model_(model), state_(state), sections_(sections), floats_into_(floats_into) {
+  if (floats_into && sections != Sections::Full) fail("state snapshot: boundary rows are never written to a shared region");
   check_state_of(model, state, "snapshot's");
   // Its rings lack the rows below the window floor until the replay ends (sequence_state.h).
   if (state.replaying())
@@ -189,18 +229,33 @@ std::string SnapshotWriter::header() const {
   ByteWriter out;
   out.bytes().append(magic_of(sections_), sizeof kMagic);
   out.u32(kVersion);
-  out.u32(0);
+  out.u32(floats_into_ ? kFlagFloatsShared : 0);
   return out.bytes() + body.section();
 }
 
+int64_t SnapshotWriter::floats() const {
+  int64_t count = 0;
+  for (int64_t l = 0; l < layers(); ++l) layer_body(l, FloatPlacement{FloatPlacement::Count, nullptr, &count});
+  return count;
+}
+
 std::string SnapshotWriter::layer(int64_t l) const {
+  if (!floats_into_) return layer_body(l, {}).section();
+  // Layers are written in order, each run after the previous one's in the region.
+  if (l == 0) next_float_ = 0;
+  std::string piece = layer_body(l, FloatPlacement{FloatPlacement::Region, floats_into_, &next_float_}).section();
+  model_.runner_->synchronize();  // the piece may go to another process at once: its floats must be in place
+  return piece;
+}
+
+ByteWriter SnapshotWriter::layer_body(int64_t l, FloatPlacement placement) const {
   if (l < 0 || l >= layers()) fail("state snapshot: no layer ", l, " (the model has ", layers(), ")");
   const ModelConfig& cfg = model_.config();
   ForwardRunner& runner = *model_.runner_;
   const StateLayout& layout = *state_.layout;
   const LayerLayout& ll = layout.layers[static_cast<size_t>(l)];
   const int64_t n = state_.num_tokens;
-  ByteWriter body;
+  ByteWriter body(placement);
   body.i64(l);
   const int64_t rows = std::min(n, cfg.sliding_window);
   body.i64(rows);
@@ -219,7 +274,7 @@ std::string SnapshotWriter::layer(int64_t l) const {
     for (int64_t e = 0; e < entries; e += c->per_block)
       body.floats(runner, state_.entry(*c, e), std::min(c->per_block, entries - e) * c->dim);
   }
-  return body.section();
+  return body;
 }
 
 std::string SnapshotWriter::all() const {
@@ -228,8 +283,9 @@ std::string SnapshotWriter::all() const {
   return out;
 }
 
-SnapshotReader::SnapshotReader(const Model& model, SequenceState& into, Sections sections)
-    : model_(model), into_(into), sections_(sections) {
+SnapshotReader::SnapshotReader(const Model& model, SequenceState& into, Sections sections,
+                               const model::SharedRegion* floats_from)
+    : model_(model), into_(into), sections_(sections), floats_from_(floats_from) {
   check_state_of(model, into, "restore target");
   // Blocks an empty state holds were reserved for these bytes (a decode replica's pre-allocated slot): kept, and
   // take_layer's ensure_blocks finds them in place.
@@ -267,6 +323,12 @@ void SnapshotReader::take(std::string_view piece) {
     if (complete()) fail("state snapshot: a piece after the last layer's section");
     if (!header_taken_) {
       next_piece_bytes(piece);  // the magic and the version, with their own errors
+      uint32_t flags = 0;
+      if (piece.size() >= kPreambleBytes) std::memcpy(&flags, piece.data() + 12, sizeof flags);
+      if (flags & ~kFlagFloatsShared) fail("state snapshot: unknown flags ", flags, " in its preamble");
+      floats_shared_ = flags & kFlagFloatsShared;
+      if (floats_shared_ && !floats_from_)
+        fail("state snapshot: its floats are in a shared region (a same-host transfer) that this restore was not given");
       take_header(open_section(piece, kPreambleBytes, "the header"));
     } else {
       take_layer(open_section(piece, 0, layer_where(next_layer_)));
@@ -331,7 +393,7 @@ void SnapshotReader::take_layer(std::string_view body) {
   const ModelConfig& cfg = model_.config();
   ForwardRunner& runner = *model_.runner_;
   const int64_t l = next_layer_;
-  ByteReader r(body, layer_where(l));
+  ByteReader r(body, layer_where(l), floats_shared_ ? floats_from_ : nullptr);
   const int64_t index = r.i64();
   if (index != l) fail("state snapshot: expected layer ", l, "'s section, found layer ", index, "'s");
   const StateLayout& layout = *into_.layout;
@@ -362,13 +424,17 @@ void SnapshotReader::take_layer(std::string_view body) {
       r.floats(runner, into_.entry(*c, e), std::min(c->per_block, entries - e) * c->dim);
   }
   r.expect_end();
-  if (++next_layer_ == static_cast<int64_t>(into_.layout->layers.size())) into_.num_tokens = num_tokens_;
+  if (++next_layer_ == static_cast<int64_t>(into_.layout->layers.size())) {
+    if (floats_shared_) runner.synchronize();  // the region may be given back once the restore is complete
+    into_.num_tokens = num_tokens_;
+  }
 }
 
 std::string Model::snapshot(const SequenceState& state) const { return SnapshotWriter(*this, state).all(); }
 
-void Model::snapshot_pieces(const SequenceState& state, const std::function<void(std::string)>& piece) const {
-  const SnapshotWriter writer(*this, state);
+void Model::snapshot_pieces(const SequenceState& state, const std::function<void(std::string)>& piece,
+                            model::SharedRegion* floats_into) const {
+  const SnapshotWriter writer(*this, state, Sections::Full, floats_into);
   piece(writer.header());
   for (int64_t l = 0; l < writer.layers(); ++l) piece(writer.layer(l));
 }
@@ -379,7 +445,8 @@ namespace {
 // feeds is gathered here first.
 class StreamedRestore : public model::StateRestore {
  public:
-  StreamedRestore(const Model& model, SequenceState& into) : reader_(model, into) {}
+  StreamedRestore(const Model& model, SequenceState& into, const model::SharedRegion* floats_from)
+      : reader_(model, into, Sections::Full, floats_from) {}
 
   void feed(std::string_view bytes) override {
     if (failed_) fail("state snapshot: fed after the restore failed");
@@ -423,9 +490,12 @@ class StreamedRestore : public model::StateRestore {
 
 }  // namespace
 
-std::unique_ptr<model::StateRestore> Model::begin_restore(SequenceState& into) const {
-  return std::make_unique<StreamedRestore>(*this, into);
+std::unique_ptr<model::StateRestore> Model::begin_restore(SequenceState& into,
+                                                          const model::SharedRegion* floats_from) const {
+  return std::make_unique<StreamedRestore>(*this, into, floats_from);
 }
+
+int64_t Model::snapshot_floats(const SequenceState& state) const { return SnapshotWriter(*this, state).floats(); }
 
 void Model::restore(std::string_view bytes, SequenceState& into) const {
   SnapshotReader reader(*this, into);

@@ -10,7 +10,8 @@
 //   piece 0, the header:
 //     u8[8]  magic "STRATA4S"
 //     u32    format version (2)
-//     u32    0 (reserved)
+//     u32    flags: 0, or 1 for a same-host transfer's skeleton — the floats are in a shared region
+//            (model/shared_region.h) and every f32[k] run below is an i64 offset (in floats) into it instead
 //     section: the header body (below)
 //   pieces 1 … layer_count: one section per layer, layer 0 first.
 //
@@ -53,19 +54,30 @@ namespace strata::model::v4 {
 
 enum class Sections { Full, RowsOnly };
 
-// Makes the pieces of one state's snapshot. The state must not advance while pieces are being made.
+class ByteWriter;
+struct FloatPlacement;
+
+// Makes the pieces of one state's snapshot. The state must not advance while pieces are being made. With
+// `floats_into` (a same-host transfer: Sections::Full only), the float runs go into that region, in order, and the
+// pieces carry their offsets instead (the preamble's flag says so); layers must then be made in order.
 class SnapshotWriter {
  public:
-  SnapshotWriter(const Model& model, const SequenceState& state, Sections sections = Sections::Full);
+  SnapshotWriter(const Model& model, const SequenceState& state, Sections sections = Sections::Full,
+                 model::SharedRegion* floats_into = nullptr);
   int64_t layers() const { return static_cast<int64_t>(state_.layout->layers.size()); }
   std::string header() const;          // piece 0
   std::string layer(int64_t l) const;  // piece 1 + l
   std::string all() const;             // every piece, in order
+  int64_t floats() const;              // the floats of every layer (what a shared region for them must hold)
 
  private:
+  ByteWriter layer_body(int64_t l, FloatPlacement placement) const;
+
   const Model& model_;
   const SequenceState& state_;
   Sections sections_;
+  model::SharedRegion* floats_into_;
+  mutable int64_t next_float_ = 0;
 };
 
 // Restores a snapshot into `into` (a state of `model`, e.g. a StatePool slot), piece by piece: the header, then the
@@ -76,7 +88,10 @@ class SnapshotWriter {
 // hold the token blocks of the snapshot's num_tokens (their contents are the caller's), and only rows are read.
 class SnapshotReader {
  public:
-  SnapshotReader(const Model& model, SequenceState& into, Sections sections = Sections::Full);
+  // `floats_from`: the shared region a skeleton's floats are in (same-host transfer); a skeleton without one, and
+  // offsets outside it, are errors.
+  SnapshotReader(const Model& model, SequenceState& into, Sections sections = Sections::Full,
+                 const model::SharedRegion* floats_from = nullptr);
   ~SnapshotReader();
   SnapshotReader(const SnapshotReader&) = delete;
   SnapshotReader& operator=(const SnapshotReader&) = delete;
@@ -99,6 +114,8 @@ class SnapshotReader {
   const Model& model_;
   SequenceState& into_;
   Sections sections_;
+  const model::SharedRegion* floats_from_;
+  bool floats_shared_ = false;  // the header's flag
   bool header_taken_ = false;
   int64_t next_layer_ = 0, num_tokens_ = 0;
 };
