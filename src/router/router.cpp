@@ -296,7 +296,7 @@ void Router::Impl::handle(std::shared_ptr<HttpExchange> exchange) {
                                           nlohmann::ordered_json{{"status", "ok"}, {"healthy_replicas", healthy}}.dump(), {}});
   }
   auto p = std::make_shared<Proxied>();
-  p->received = Clock::now();
+  p->received = req.received == Clock::time_point{} ? Clock::now() : req.received;
   p->exchange = exchange;
   p->target = req.target;
   if (const std::string* auth = req.header("Authorization")) p->authorization = *auth;

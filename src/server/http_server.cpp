@@ -218,6 +218,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
     if (current_) current_->mark_peer_gone();
+    for (const Queued& q : queue_)
+      if (q.handled) q.exchange->mark_peer_gone();
     wake_timer_.cancel();
     resume_timer_.cancel();
     watchdog_timer_.cancel();
@@ -228,7 +230,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::shared_ptr<HttpExchange> exchange;
     bool keep_alive = true;
     unsigned version = 11;
+    bool handled = false;  // the reader has already given it to the handler
   };
+
+  void handle(const std::shared_ptr<HttpExchange>& exchange) {
+    try {
+      server_.handler(exchange);
+    } catch (const std::exception& e) {
+      exchange->respond(server_.error_response(500, cat("internal error: ", e.what())));
+    }
+  }
 
   void wake() { wake_timer_.cancel(); }
 
@@ -303,12 +314,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
       last_activity_ = Clock::now();
       http::request<http::string_body> req = parser.release();
       HttpRequest request;
+      request.received = last_activity_;
       request.method = std::string(req.method_string());
       request.target = std::string(req.target());
       for (const auto& field : req) request.headers.push_back({std::string(field.name_string()), std::string(field.value())});
       request.body = std::move(req.body());
       const bool keep_alive = req.keep_alive();
-      queue_.push_back({std::make_shared<HttpExchange>(std::move(request)), keep_alive, req.version()});
+      // On an idle connection the handler has the request now, not on the writer's next turn of the event loop
+      // (behind whatever else is queued there); a pipelined request waits for the responses before it, as before.
+      const bool now = idle();
+      auto exchange = std::make_shared<HttpExchange>(std::move(request));
+      queue_.push_back({exchange, keep_alive, req.version(), now});
+      if (now) handle(exchange);
       wake();
       if (!keep_alive) break;
       // Pipelined requests wait here, a few at most.
@@ -347,13 +364,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
           if (auto c = weak.lock()) c->wake();
         });
       });
-      if (!current_->request().method.empty()) {
-        try {
-          server_.handler(current_);
-        } catch (const std::exception& e) {
-          current_->respond(server_.error_response(500, cat("internal error: ", e.what())));
-        }
-      }
+      if (!q.handled && !current_->request().method.empty()) handle(current_);
       const bool write_ok = co_await write_response(q);
       current_.reset();
       last_activity_ = Clock::now();

@@ -4,8 +4,9 @@
 //
 // Each connection runs two coroutines on the I/O thread: a reader that parses requests (keep-alive, pipelining,
 // a body limit) and keeps reading while a response is in progress, so a client that goes away is noticed at once;
-// and a writer that hands each request to the handler as an HttpExchange and writes what the handler answers —
-// one whole response, or a stream (chunked transfer encoding) written piece by piece. The handler may answer from
+// and a writer that writes what the handler answers — one whole response, or a stream (chunked transfer encoding)
+// written piece by piece. A request on an idle connection goes to the handler (as an HttpExchange) from the reader,
+// as soon as it is read; a pipelined one from the writer, when the responses before it are complete. The handler may answer from
 // any thread, at any later time; the exchange posts to the I/O thread.
 //
 // Nothing here knows about OpenAI or the engine; Beast and Asio stay inside http_server.cpp (io_context() hands out
@@ -35,6 +36,8 @@ struct HttpRequest {
   std::string target;  // as sent: path and query
   std::vector<HttpHeader> headers;
   std::string body;
+  // When the server had read the whole request: where a handler that measures its own time per request starts.
+  std::chrono::steady_clock::time_point received{};
   std::string path() const;                                // target without the query
   const std::string* header(std::string_view name) const;  // case-insensitive; null when absent
 };
