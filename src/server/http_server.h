@@ -73,7 +73,9 @@ class HttpExchange {
     HttpResponse response;  // kWhole, kHead (status, content type, headers)
     std::string data;       // kData
   };
-  void attach(std::function<void()> wake);  // called when pieces are queued
+  // wake: called when pieces are queued. write_now (optional): the connection's offer to write a piece at once,
+  // called on the I/O thread only when no piece is queued before it; false leaves the piece to be queued.
+  void attach(std::function<void()> wake, std::function<bool(Piece&)> write_now = {});
   std::vector<Piece> take_pieces();
   void mark_peer_gone();  // runs the callback (I/O thread)
 
@@ -84,6 +86,7 @@ class HttpExchange {
   mutable std::mutex mu_;
   std::vector<Piece> pieces_;
   std::function<void()> wake_;
+  std::function<bool(Piece&)> write_now_;
   bool begun_ = false, ended_ = false, gone_ = false;
   std::function<void()> on_gone_;
 };
