@@ -656,6 +656,9 @@ awaitable<Router::Impl::Outcome> Router::Impl::forward(Proxied& p, size_t r, std
       if (streaming) p.exchange->write(std::string(buf, n));
       else body.append(buf, n);
       if (first) {
+        // The request read → its last byte to the kernel, plus this first byte read → to the kernel on the client's
+        // connection (written from this call when the connection's writer is idle; a non-streamed answer is sent
+        // whole at its end, so its part ends at the buffering). docs/router.md "Router overhead".
         first = false;
         metrics_.overhead(seconds_between(p.received, sent) + seconds_between(got, Clock::now()));
       }
