@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The router's benchmarks on the CPU (docs/router.md "Measured"). Writes bench/results/router_cpu_demo.json and
-# bench/results/router_cpu_demo.png.
+# bench/results/router_cpu_demo.png (policies), bench/results/router_overhead_cpu.json (overhead).
 #
 #   1. Policies: two `strata serve` replicas of the demo model (models/demo/) behind `strata route`, for each of
 #      round_robin, least_load and cache_aware (fresh replicas each time, so no policy inherits another's cache),
@@ -14,7 +14,8 @@
 #      Reported per run: TTFT / TPOT / E2E, goodput (TTFT ≤ 1 s and TPOT ≤ 100 ms), the prefix-cache hit rate the
 #      replicas' usage reported, and the router's decisions by reason.
 #   2. Overhead: what the router adds per request at 1,000 requests/s. A replica of a 1-layer tiny model
-#      (OVERHEAD_THREADS model threads, default 8, so that it comes near 1,000/s) is loaded with 5,000 one-token requests (128-token prompts: one block to hash) at a
+#      (OVERHEAD_THREADS model threads, default 8, so that it comes near 1,000/s; a comma list runs each) is loaded
+#      with 5,000 one-token requests (128-token prompts: one block to hash) at a
 #      Poisson rate of 1,000/s, once directly and once through `strata route --policy cache_aware` (the costliest
 #      policy: it parses, hashes and consults the index), each after a warm-up run of 1,000. Two measures:
 #        internal   the router's own time per request, from its /metrics summary: request read → last byte
@@ -25,6 +26,8 @@
 #      Each is run REPEATS times (default 3), alternating direct and routed; the run with the median routed p99
 #      is kept in full and every run's numbers are listed.
 # Usage (repo root, after scripts/setup.sh and a build): bash bench/run_router_cpu.sh [BUILD_DIR] [OUT_JSON]
+# OUT_JSON is the policies' file; OVERHEAD_OUT the overhead's (default bench/results/router_overhead_cpu.json).
+# OVERHEAD_RATE: the offered rate (default 1000 requests/s; lower it on a machine too small to offer that).
 # PARTS: policies,overhead (default both; bench/results/ has the policies from this machine's 2 cores and the
 # overhead from a 16-core host, where the replica, the router and the client each have cores of their own).
 # COMMIT: the commit BUILD_DIR was built from (default: scripts/provenance.sh --commit). A quick trial run:
@@ -116,7 +119,7 @@ datasets = {
                         "--input-len", "64", "--output-len", "16", "--num-prompts", "42", "--concurrency", "8"],
 }
 slo = ["--slo-ttft-ms", "1000", "--slo-tpot-ms", "100"]
-result = {"benchmark": "router", "commit": commit, "policies": {}, "overhead": {}}
+result = {"benchmark": "router", "commit": commit, "policies": {}}
 keep = ("completed", "failed", "duration_s", "request_throughput", "output_token_throughput", "goodput",
         "prefix_cache_hit_rate", "ttft_ms", "tpot_ms", "e2e_ms")
 for policy in ("round_robin", "least_load", "cache_aware") if "policies" in parts else ():
@@ -141,64 +144,85 @@ for policy in ("round_robin", "least_load", "cache_aware") if "policies" in part
               f"TPOT p50 {r['tpot_ms']['median']:.1f} ms, goodput {r['goodput']}, hit rate {r.get('prefix_cache_hit_rate')}, "
               f"{decisions}", file=sys.stderr)
 
-# Overhead at 1,000 requests/s.
+# Overhead at 1,000 requests/s: its own file (OVERHEAD_OUT), one entry per replica thread count in OVERHEAD_THREADS.
 shape = ["--input-len", "128", "--output-len", "1", "--concurrency", "512", "--token-ids", "1000:30000", "--model", "m"]
-threads = os.environ.get("OVERHEAD_THREADS", "8")  # the replica's model threads: enough that it nears 1,000/s
-load = ["--rate", "1000", "--num-prompts", os.environ.get("OVERHEAD_PROMPTS", "5000"), *shape, "--seed", "1"]
-warm = ["--rate", "1000", "--num-prompts", "1000", *shape, "--seed", "2"]  # opens the connections, faults in pages
-runs = []
-for i in range(repeats if "overhead" in parts else 0):
-    replica = serve(f"{work}/tiny1", port + 1, ["--max-num-seqs", "256", "--cache", "off"], threads)
-    rlog = f"{work}/route.log"
-    router = start(["route", "--port", str(port), "--policy", "cache_aware", "--model", "models/demo",
-                    "--backend", f"http://127.0.0.1:{port + 1}"], rlog)
-    try:
-        wait_up(f"http://127.0.0.1:{port}", router, rlog)
-        bench(f"http://127.0.0.1:{port + 1}", warm, f"{work}/warm.json")
-        direct = bench(f"http://127.0.0.1:{port + 1}", load, f"{work}/direct.json")
-        bench(f"http://127.0.0.1:{port}", warm, f"{work}/warm.json")
-        _, before = metrics(f"http://127.0.0.1:{port}")
-        routed = bench(f"http://127.0.0.1:{port}", load, f"{work}/routed.json")
-        _, after = metrics(f"http://127.0.0.1:{port}")
-    finally:
-        stop([router, replica])
-    d, r = direct["results"], routed["results"]
-    # Between the two scrapes: the measured run's requests only (the warm-up run came before the first).
-    run = {"internal_us": {"p50": quantile_us(before, after, 0.5), "p90": quantile_us(before, after, 0.9),
-                           "p99": quantile_us(before, after, 0.99), "requests": after[-1][1] - before[-1][1]},
-           "ttft_direct_ms": {k: d["ttft_ms"][k] for k in ("median", "p99")},
-           "ttft_routed_ms": {k: r["ttft_ms"][k] for k in ("median", "p99")},
-           "external_us": {"p50": (r["ttft_ms"]["median"] - d["ttft_ms"]["median"]) * 1e3,
-                           "p99": (r["ttft_ms"]["p99"] - d["ttft_ms"]["p99"]) * 1e3},
-           "achieved_request_rate": {"direct": d["request_throughput"], "routed": r["request_throughput"]},
-           "failed": {"direct": d["failed"], "routed": r["failed"]},
-           "load_average_1m": os.getloadavg()[0]}
-    runs.append(run)
-    print(f"overhead run {i}: internal p50 {run['internal_us']['p50']:.0f} us p99 {run['internal_us']['p99']:.0f} us; "
-          f"TTFT direct p50/p99 {d['ttft_ms']['median']:.2f}/{d['ttft_ms']['p99']:.2f} ms, routed "
-          f"{r['ttft_ms']['median']:.2f}/{r['ttft_ms']['p99']:.2f} ms; rate {d['request_throughput']:.0f}/"
-          f"{r['request_throughput']:.0f} req/s", file=sys.stderr)
-runs.sort(key=lambda x: x["internal_us"]["p99"])
-median = dict(runs[len(runs) // 2]) if runs else {}
-median["all_runs"] = [{"internal_us_p50": round(x["internal_us"]["p50"], 1), "internal_us_p99": round(x["internal_us"]["p99"], 1),
-                       "external_us_p50": round(x["external_us"]["p50"], 1), "external_us_p99": round(x["external_us"]["p99"], 1)}
-                      for x in runs]
-median["config"] = {"replica": "strata serve of `strata model init --preset tiny --layers 1 --seed 0 --tokenizer-from "
-                               f".deps/tokenizer-deepseek_v3`, --max-num-seqs 256 --cache off, OMP_NUM_THREADS={threads}",
-                    "router": "strata route --policy cache_aware --model models/demo (one --backend)",
-                    "load": "strata bench serve " + " ".join(load) + ", after a warm-up run of " + " ".join(warm) +
-                            " (directly and through the router alike)",
-                    "repeats": f"{repeats}, kept: the run with the median internal p99"}
-if runs:
-    result["overhead"] = median
+rate = os.environ.get("OVERHEAD_RATE", "1000")
+load = ["--rate", rate, "--num-prompts", os.environ.get("OVERHEAD_PROMPTS", "5000"), *shape, "--seed", "1"]
+warm = ["--rate", rate, "--num-prompts", "1000", *shape, "--seed", "2"]  # opens the connections, faults in pages
+overhead_runs = {}
+direct = None
+# The replica's model threads: enough that it nears 1,000/s (8 on 16 cores); a comma list runs each.
+for threads in os.environ.get("OVERHEAD_THREADS", "8").split(",") if "overhead" in parts else ():
+    runs = []
+    for i in range(repeats):
+        replica = serve(f"{work}/tiny1", port + 1, ["--max-num-seqs", "256", "--cache", "off"], threads)
+        rlog = f"{work}/route.log"
+        router = start(["route", "--port", str(port), "--policy", "cache_aware", "--model", "models/demo",
+                        "--backend", f"http://127.0.0.1:{port + 1}"], rlog)
+        try:
+            wait_up(f"http://127.0.0.1:{port}", router, rlog)
+            bench(f"http://127.0.0.1:{port + 1}", warm, f"{work}/warm.json")
+            direct = bench(f"http://127.0.0.1:{port + 1}", load, f"{work}/direct.json")
+            bench(f"http://127.0.0.1:{port}", warm, f"{work}/warm.json")
+            _, before = metrics(f"http://127.0.0.1:{port}")
+            routed = bench(f"http://127.0.0.1:{port}", load, f"{work}/routed.json")
+            _, after = metrics(f"http://127.0.0.1:{port}")
+        finally:
+            stop([router, replica])
+        d, r = direct["results"], routed["results"]
+        # Between the two scrapes: the measured run's requests only (the warm-up run came before the first).
+        run = {"replica_model_threads": int(threads),
+               "internal_us": {"p50": round(quantile_us(before, after, 0.5), 1),
+                               "p90": round(quantile_us(before, after, 0.9), 1),
+                               "p99": round(quantile_us(before, after, 0.99), 1),
+                               "requests": after[-1][1] - before[-1][1],
+                               "histogram_cumulative": [{"le_us": round(le * 1e6) if le != float("inf") else "+Inf",
+                                                         "count": a - b}
+                                                        for (le, a), (_, b) in zip(after, before)]},
+               "ttft_direct_ms": {k: d["ttft_ms"][k] for k in ("median", "p90", "p99")},
+               "ttft_routed_ms": {k: r["ttft_ms"][k] for k in ("median", "p90", "p99")},
+               "external_us": {"p50": round((r["ttft_ms"]["median"] - d["ttft_ms"]["median"]) * 1e3, 1),
+                               "p99": round((r["ttft_ms"]["p99"] - d["ttft_ms"]["p99"]) * 1e3, 1)},
+               "achieved_request_rate": {"direct": d["request_throughput"], "routed": r["request_throughput"]},
+               "failed": {"direct": d["failed"], "routed": r["failed"]},
+               "load_average_1m": os.getloadavg()[0]}
+        runs.append(run)
+        print(f"overhead, {threads} replica threads, run {i}: internal p50 {run['internal_us']['p50']:.0f} us "
+              f"p99 {run['internal_us']['p99']:.0f} us; TTFT direct p50/p99 {d['ttft_ms']['median']:.2f}/"
+              f"{d['ttft_ms']['p99']:.2f} ms, routed {r['ttft_ms']['median']:.2f}/{r['ttft_ms']['p99']:.2f} ms; "
+              f"rate {d['request_throughput']:.0f}/{r['request_throughput']:.0f} req/s", file=sys.stderr)
+    runs.sort(key=lambda x: x["internal_us"]["p99"])
+    kept = dict(runs[len(runs) // 2])
+    kept["all_runs"] = [{"internal_us_p50": x["internal_us"]["p50"], "internal_us_p99": x["internal_us"]["p99"],
+                         "external_us_p50": x["external_us"]["p50"], "external_us_p99": x["external_us"]["p99"]}
+                        for x in runs]
+    overhead_runs[f"replica_threads_{threads}"] = kept
+if overhead_runs:
+    overhead = {"benchmark": "router_overhead", "device": direct["device"], "date": direct["date"], "commit": commit,
+                "commands": {
+                    "replica": "strata model init --preset tiny --layers 1 --seed 0 --tokenizer-from "
+                               ".deps/tokenizer-deepseek_v3 --out T; OMP_NUM_THREADS=N strata serve --model T "
+                               "--served-model-name m --max-num-seqs 256 --cache off",
+                    "router": "strata route --policy cache_aware --model models/demo --backend REPLICA",
+                    "load": "strata bench serve " + " ".join(load) + ", directly and through the router, each after a "
+                            "warm-up of " + " ".join(warm),
+                    "internal": "the router's strata_router_overhead_seconds histogram, scraped before and after the "
+                                "routed run; quantiles linear within a bucket (bench/run_router_cpu.sh quantile_us)",
+                    "external": "TTFT through the router minus TTFT direct, same load",
+                    "repeats": f"{repeats} per thread count, kept: the run with the median internal p99 (all_runs: each)",
+                    "run_by": "PARTS=overhead bash bench/run_router_cpu.sh"},
+                "runs": overhead_runs}
+    overhead_out = os.environ.get("OVERHEAD_OUT", "bench/results/router_overhead_cpu.json")
+    json.dump(overhead, open(overhead_out, "w"), indent=2)
+    print("wrote " + overhead_out, file=sys.stderr)
+
+if not result["policies"]:
+    sys.exit(0)  # only the overhead ran: the policies' file is left as it is
 result["commands"] = {"policies": "strata route --policy P --backend R1 --backend R2 --health-interval 0.5; "
                                   "strata bench serve --model m --slo-ttft-ms 1000 --slo-tpot-ms 100 + the dataset's flags",
                       "datasets": {k: " ".join(v) for k, v in datasets.items()},
                       "replicas": "OMP_NUM_THREADS=1 strata serve --model models/demo (defaults: cache on)"}
-if "device" not in result:  # only the overhead ran: its bench serve runs say where and when
-    result.update(device=direct["device"], date=direct["date"])
-result = {k: result[k] for k in ("benchmark", "device", "date", "commit", "commands", "policies", "overhead")
-          if result[k] or k in ("benchmark",)}
+result = {k: result[k] for k in ("benchmark", "device", "date", "commit", "commands", "policies")}
 json.dump(result, open(out, "w"), indent=2)
 print("wrote " + out, file=sys.stderr)
 

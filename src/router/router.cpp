@@ -3,6 +3,7 @@
 
 #include "router/router.h"
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -66,6 +67,9 @@ struct Link {
   explicit Link(asio::io_context& io) : stream(io) {}
   beast::tcp_stream stream;
   beast::flat_buffer buffer;
+  // The response body's pieces pass through here. Kept with the connection: as a local of forward() it would make
+  // each request's coroutine frame a 16 KiB allocation (malloc's slow path, with consolidation on free).
+  std::array<char, 16384> body;
 };
 
 enum class Health {
@@ -138,6 +142,20 @@ struct Proxied {
   std::shared_ptr<Link> link;          // the connection now in use (closed to abort it)
   std::optional<size_t> at;            // the replica it is on
   std::string aborted_because;         // set when the router cut it (its replica was ejected)
+
+  // Its attempts (route()).
+  std::vector<model::BlockHash> hashes;  // the prompt's block hashes (cache-aware, when hashed)
+  bool hashed = false;
+  std::vector<bool> tried;             // per replica
+  int attempts = 0;
+  std::string failures;                // "URL: why; ..." of the replicas tried
+  bool only_503 = true, answered = false;
+  // The attempt under way: its request as sent (head and body), how much of it is written, and when the last byte
+  // was. begin_attempt() writes what the socket takes at once on a kept-alive connection; forward() the rest.
+  std::string wire;
+  size_t written = 0;
+  boost::system::error_code write_error;
+  Clock::time_point sent;
 };
 
 struct Router::Impl {
@@ -152,7 +170,10 @@ struct Router::Impl {
   void hand_over(std::shared_ptr<Proxied> p);
 
   // Router thread.
-  awaitable<void> route(std::shared_ptr<Proxied> p);
+  std::optional<size_t> next_attempt(Proxied& p);
+  void begin_attempt(Proxied& p, size_t r);
+  void write_now(Proxied& p);
+  awaitable<void> route(std::shared_ptr<Proxied> p, std::optional<size_t> first);
   enum class Outcome { Answered, Retry, Retry503 };
   awaitable<Outcome> forward(Proxied& p, size_t r, std::string& why);
   Decision decide(const Proxied& p, const std::vector<model::BlockHash>& hashes, bool hashed,
@@ -279,7 +300,7 @@ void Router::Impl::handle(std::shared_ptr<HttpExchange> exchange) {
                                           nlohmann::ordered_json{{"status", "ok"}, {"healthy_replicas", healthy}}.dump(), {}});
   }
   auto p = std::make_shared<Proxied>();
-  p->received = Clock::now();
+  p->received = req.received == Clock::time_point{} ? Clock::now() : req.received;
   p->exchange = exchange;
   p->target = req.target;
   if (const std::string* auth = req.header("Authorization")) p->authorization = *auth;
@@ -351,7 +372,15 @@ void Router::Impl::hand_over(std::shared_ptr<Proxied> p) {
     q->client_gone = true;
     if (q->link) q->link->stream.close();
   });
-  asio::co_spawn(io_, route(std::move(p)), asio::detached);
+  active_.insert(p);
+  p->hashed = p->completion && p->tokenized && basis_;
+  if (p->hashed) p->hashes = model::block_hashes(basis_->second, p->prompt, basis_->first);
+  p->tried.assign(replicas_.size(), false);
+  // The first attempt is decided and, on a kept-alive connection, written here and now: a coroutine's first step
+  // runs only on a later turn of the event loop, behind everything queued meanwhile (a burst of streamed events
+  // when a replica finishes a step for hundreds of requests at once), and the request would wait there.
+  std::optional<size_t> first = next_attempt(*p);
+  asio::co_spawn(io_, route(std::move(p), first), asio::detached);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -411,53 +440,95 @@ void Router::Impl::answer(Proxied& p, HttpResponse response) {
   p.exchange->respond(std::move(response));
 }
 
-awaitable<void> Router::Impl::route(std::shared_ptr<Proxied> p) {
-  active_.insert(p);
-  std::vector<model::BlockHash> hashes;
-  const bool hashed = p->completion && p->tokenized && basis_;
-  if (hashed) hashes = model::block_hashes(basis_->second, p->prompt, basis_->first);
-  std::vector<bool> tried(replicas_.size(), false);
-  std::string failures;  // "URL: why; ..." of the replicas tried
-  bool only_503 = true, answered = false;
-  for (int attempt = 0; attempt < cfg_.max_attempts && !p->client_gone && !answered && !stopping_; ++attempt) {
-    const Decision d = decide(*p, hashes, hashed, tried);
-    if (p->completion) metrics_.decision(d.reason);
-    if (!d.replica) {
-      if (d.reason == Reason::Saturated) {
-        HttpResponse r = error_response(429, "every replica is saturated; retry later" +
-                                                 (failures.empty() ? "" : " (failed meanwhile: " + failures + ")"),
-                                        "rate_limit_error", "replicas_saturated");
-        r.headers.push_back({"Retry-After", std::to_string(cfg_.retry_after.count())});
-        answer(*p, std::move(r));
-        answered = true;
-      }
-      break;
+std::optional<size_t> Router::Impl::next_attempt(Proxied& p) {
+  if (p.attempts >= cfg_.max_attempts || p.client_gone || p.answered || stopping_) return std::nullopt;
+  const Decision d = decide(p, p.hashes, p.hashed, p.tried);
+  if (p.completion) metrics_.decision(d.reason);
+  if (!d.replica) {
+    if (d.reason == Reason::Saturated) {
+      HttpResponse r = error_response(429, "every replica is saturated; retry later" +
+                                               (p.failures.empty() ? "" : " (failed meanwhile: " + p.failures + ")"),
+                                      "rate_limit_error", "replicas_saturated");
+      r.headers.push_back({"Retry-After", std::to_string(cfg_.retry_after.count())});
+      answer(p, std::move(r));
+      p.answered = true;
     }
-    const size_t r = *d.replica;
-    tried[r] = true;
-    if (attempt > 0) metrics_.retry();
-    if (p->completion) {
-      if (hashed) index_.insert(hashes, r);
-      if (!p->cache_key.empty() && cfg_.policy != Policy::RoundRobin) keys_.put(p->cache_key, r);
-    }
+    return std::nullopt;
+  }
+  const size_t r = *d.replica;
+  p.tried[r] = true;
+  if (p.attempts++ > 0) metrics_.retry();
+  if (p.completion) {
+    if (p.hashed) index_.insert(p.hashes, r);
+    if (!p.cache_key.empty() && cfg_.policy != Policy::RoundRobin) keys_.put(p.cache_key, r);
+  }
+  begin_attempt(p, r);
+  return r;
+}
+
+void Router::Impl::begin_attempt(Proxied& p, size_t r) {
+  Replica& rep = replicas_[r];
+  ++rep.in_flight;  // at once, so that the next request's decision sees it
+  ++rep.requests;
+  p.at = r;
+  p.aborted_because.clear();
+  p.link.reset();
+  p.written = 0;
+  p.write_error = {};
+  // The request as one string: one send() for head and body, where Beast's serializer would write through a
+  // composed operation whose completion costs a turn of the event loop.
+  std::string& w = p.wire;
+  w.clear();
+  w.append(p.method == http::verb::get ? "GET " : "POST ").append(rep.url.prefix).append(p.target);
+  w.append(" HTTP/1.1\r\nHost: ").append(rep.url.host).append(":").append(rep.url.port).append("\r\n");
+  if (!p.authorization.empty()) w.append("Authorization: ").append(p.authorization).append("\r\n");
+  if (p.completion && rep.spec.role == ReplicaRole::Decode)
+    if (const std::optional<size_t> pre = pick_prefill())
+      w.append("X-Strata-Prefill: ").append(replicas_[*pre].base).append("\r\n");
+  if (p.method == http::verb::post)
+    w.append("Content-Type: application/json\r\nContent-Length: ").append(std::to_string(p.body.size())).append("\r\n");
+  w.append("\r\n").append(p.body);
+  if (rep.idle.empty()) return;  // forward() connects first
+  p.link = std::move(rep.idle.back());
+  rep.idle.pop_back();
+  write_now(p);
+}
+
+// Writes what the link's socket takes without waiting (nearly always all of it: a request is far smaller than the
+// socket's send buffer). Would-block is no error; forward() writes any rest.
+void Router::Impl::write_now(Proxied& p) {
+  tcp::socket& socket = p.link->stream.socket();
+  boost::system::error_code ec;
+  if (!socket.non_blocking()) socket.non_blocking(true, ec);
+  if (!ec) p.written += socket.write_some(asio::buffer(p.wire) + p.written, ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) ec = {};
+  p.write_error = ec;
+  if (!ec && p.written == p.wire.size()) p.sent = Clock::now();
+}
+
+awaitable<void> Router::Impl::route(std::shared_ptr<Proxied> p, std::optional<size_t> next) {
+  while (next) {
+    const size_t r = *next;
     std::string why;
     const Outcome o = co_await forward(*p, r, why);
-    if (o == Outcome::Answered) answered = true;
-    else {
-      only_503 = only_503 && o == Outcome::Retry503;
-      failures += (failures.empty() ? "" : "; ") + replicas_[r].base + ": " + why;
+    if (o == Outcome::Answered) {
+      p->answered = true;
+      break;
     }
+    p->only_503 = p->only_503 && o == Outcome::Retry503;
+    p->failures += (p->failures.empty() ? "" : "; ") + replicas_[r].base + ": " + why;
+    next = next_attempt(*p);
   }
-  if (!answered && !p->client_gone) {
+  if (!p->answered && !p->client_gone) {
     if (stopping_)
       answer(*p, error_response(503, "the router is shutting down", "server_error", ""));
-    else if (failures.empty())
+    else if (p->failures.empty())
       answer(*p, error_response(503, "no replica is healthy (" + std::to_string(replicas_.size()) +
                                          " configured; see the router's /metrics)",
                                 "server_error", "no_healthy_replica"));
     else
-      answer(*p, error_response(only_503 ? 503 : 502, "no replica could answer: " + failures, "server_error",
-                                only_503 ? "replicas_unavailable" : "replica_failed"));
+      answer(*p, error_response(p->only_503 ? 503 : 502, "no replica could answer: " + p->failures, "server_error",
+                                p->only_503 ? "replicas_unavailable" : "replica_failed"));
   }
   active_.erase(p);
   if (stopping_) note_if_quiet();
@@ -470,11 +541,8 @@ awaitable<void> Router::Impl::route(std::shared_ptr<Proxied> p) {
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #endif
 awaitable<Router::Impl::Outcome> Router::Impl::forward(Proxied& p, size_t r, std::string& why) {
+  // begin_attempt() has counted the request on the replica and written what it could on a kept-alive connection.
   Replica& rep = replicas_[r];
-  ++rep.in_flight;
-  ++rep.requests;
-  p.at = r;
-  p.aborted_because.clear();
   struct Leave {  // whatever way this returns, the request is no longer open on the replica
     Replica& rep;
     Proxied& p;
@@ -485,30 +553,17 @@ awaitable<Router::Impl::Outcome> Router::Impl::forward(Proxied& p, size_t r, std
     }
   } leave{rep, p};
 
-  http::request<http::string_body> req{p.method, rep.url.prefix + p.target, 11};
-  req.set(http::field::host, rep.url.host + ":" + rep.url.port);
-  if (!p.authorization.empty()) req.set(http::field::authorization, p.authorization);
-  if (p.method == http::verb::post) req.set(http::field::content_type, "application/json");
-  if (p.completion && rep.spec.role == ReplicaRole::Decode)
-    if (const std::optional<size_t> pre = pick_prefill()) req.set("X-Strata-Prefill", replicas_[*pre].base);
-  req.keep_alive(true);
-  req.body() = p.body;
-  req.prepare_payload();
-
   boost::system::error_code ec;
   std::optional<http::response_parser<http::buffer_body>> head;
-  Clock::time_point sent{};
   // A kept-alive connection the replica has closed meanwhile fails at once: then once more on a new one.
   for (int fresh = 0; fresh < 2; ++fresh) {
-    const bool reused = fresh == 0 && !rep.idle.empty();
-    std::shared_ptr<Link> link;
-    if (reused) {
-      link = std::move(rep.idle.back());
-      rep.idle.pop_back();
-    } else {
-      link = std::make_shared<Link>(io_);
+    const bool reused = fresh == 0 && p.link;
+    if (!reused) {
+      p.link = std::make_shared<Link>(io_);
+      p.written = 0;
+      p.write_error = {};
     }
-    p.link = link;
+    const std::shared_ptr<Link> link = p.link;
     ec = {};
     if (!reused) {
       link->stream.expires_after(cfg_.connect_timeout);
@@ -520,10 +575,15 @@ awaitable<Router::Impl::Outcome> Router::Impl::forward(Proxied& p, size_t r, std
         co_return Outcome::Retry;
       }
       link->stream.socket().set_option(tcp::no_delay(true), ec);
+      ec = {};
+      write_now(p);
     }
     link->stream.expires_after(cfg_.request_timeout);
-    co_await http::async_write(link->stream, req, asio::redirect_error(kAwait, ec));
-    sent = Clock::now();
+    ec = p.write_error;
+    if (!ec && p.written < p.wire.size()) {
+      co_await asio::async_write(link->stream, asio::buffer(p.wire) + p.written, asio::redirect_error(kAwait, ec));
+      p.sent = Clock::now();
+    }
     if (p.client_gone) co_return Outcome::Answered;
     if (ec && reused && p.aborted_because.empty()) continue;
     if (ec) {
@@ -545,6 +605,7 @@ awaitable<Router::Impl::Outcome> Router::Impl::forward(Proxied& p, size_t r, std
     }
     break;
   }
+  const Clock::time_point sent = p.sent;
   Link& link = *p.link;
   http::response_parser<http::buffer_body>& parser = *head;
   const unsigned status = parser.get().result_int();
@@ -552,13 +613,12 @@ awaitable<Router::Impl::Outcome> Router::Impl::forward(Proxied& p, size_t r, std
   if (status == 503 && !parser.chunked()) {
     // Shutting down or overloaded: nothing was generated, so another replica may take it.
     std::string body;
-    char buf[2048];
     while (!parser.is_done() && !ec) {
-      parser.get().body().data = buf;
-      parser.get().body().size = sizeof buf;
+      parser.get().body().data = link.body.data();
+      parser.get().body().size = link.body.size();
       co_await http::async_read_some(link.stream, link.buffer, parser, asio::redirect_error(kAwait, ec));
       if (ec == http::error::need_buffer) ec = {};
-      body.append(buf, sizeof buf - parser.get().body().size);
+      body.append(link.body.data(), link.body.size() - parser.get().body().size);
     }
     why = "HTTP 503: " + body.substr(0, 300);
     if (!ec && parser.keep_alive()) rep.idle.push_back(p.link);
@@ -572,18 +632,33 @@ awaitable<Router::Impl::Outcome> Router::Impl::forward(Proxied& p, size_t r, std
   if (streaming) p.exchange->begin_stream(static_cast<int>(status), content_type, headers);
   std::string body;
   bool first = true;
-  char buf[16384];
+  char* const buf = link.body.data();
+  const size_t capacity = link.body.size();
   while (!parser.is_done()) {
     parser.get().body().data = buf;
-    parser.get().body().size = sizeof buf;
-    co_await http::async_read_some(link.stream, link.buffer, parser, asio::redirect_error(kAwait, ec));
+    parser.get().body().size = capacity;
+    // Bytes already buffered (the head's read often brings the first events along) are parsed at once, without
+    // the turn of the event loop an awaited read costs; only what must come from the socket is awaited.
+    bool await_more = link.buffer.size() == 0;
+    if (!await_more) {
+      http::read_some(link.stream.socket(), link.buffer, parser, ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) {
+        ec = {};
+        await_more = parser.get().body().size == capacity;
+      }
+    }
+    if (await_more)
+      co_await http::async_read_some(link.stream, link.buffer, parser, asio::redirect_error(kAwait, ec));
     if (ec == http::error::need_buffer) ec = {};
-    const size_t n = sizeof buf - parser.get().body().size;
+    const size_t n = capacity - parser.get().body().size;
     if (n > 0) {
       const Clock::time_point got = Clock::now();
       if (streaming) p.exchange->write(std::string(buf, n));
       else body.append(buf, n);
       if (first) {
+        // The request read → its last byte to the kernel, plus this first byte read → to the kernel on the client's
+        // connection (written from this call when the connection's writer is idle; a non-streamed answer is sent
+        // whole at its end, so its part ends at the buffering). docs/router.md "Router overhead".
         first = false;
         metrics_.overhead(seconds_between(p.received, sent) + seconds_between(got, Clock::now()));
       }

@@ -49,6 +49,9 @@ void HttpExchange::push(Piece piece) {
   {
     std::lock_guard lock(mu_);
     if (gone_) return;
+    // A piece written at once saves the writer a turn of the event loop (on a router, the first byte of each
+    // answer waiting there behind every other stream's events). Under the lock: nothing may be queued meanwhile.
+    if (pieces_.empty() && write_now_ && write_now_(piece)) return;
     pieces_.push_back(std::move(piece));
     wake = wake_;
   }
@@ -106,11 +109,12 @@ bool HttpExchange::peer_gone() const {
   return gone_;
 }
 
-void HttpExchange::attach(std::function<void()> wake) {
+void HttpExchange::attach(std::function<void()> wake, std::function<bool(Piece&)> write_now) {
   bool pending = false;
   {
     std::lock_guard lock(mu_);
     wake_ = wake;
+    write_now_ = std::move(write_now);
     pending = !pieces_.empty();
   }
   if (pending) wake();
@@ -131,6 +135,7 @@ void HttpExchange::mark_peer_gone() {
     gone_ = true;
     pieces_.clear();
     wake_ = nullptr;
+    write_now_ = nullptr;
     callback = std::move(on_gone_);
   }
   if (callback) callback();
@@ -218,6 +223,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
     if (current_) current_->mark_peer_gone();
+    for (const Queued& q : queue_)
+      if (q.handled) q.exchange->mark_peer_gone();
     wake_timer_.cancel();
     resume_timer_.cancel();
     watchdog_timer_.cancel();
@@ -228,7 +235,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::shared_ptr<HttpExchange> exchange;
     bool keep_alive = true;
     unsigned version = 11;
+    bool handled = false;  // the reader has already given it to the handler
   };
+
+  void handle(const std::shared_ptr<HttpExchange>& exchange) {
+    try {
+      server_.handler(exchange);
+    } catch (const std::exception& e) {
+      exchange->respond(server_.error_response(500, cat("internal error: ", e.what())));
+    }
+  }
 
   void wake() { wake_timer_.cancel(); }
 
@@ -303,12 +319,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
       last_activity_ = Clock::now();
       http::request<http::string_body> req = parser.release();
       HttpRequest request;
+      request.received = last_activity_;
       request.method = std::string(req.method_string());
       request.target = std::string(req.target());
       for (const auto& field : req) request.headers.push_back({std::string(field.name_string()), std::string(field.value())});
       request.body = std::move(req.body());
       const bool keep_alive = req.keep_alive();
-      queue_.push_back({std::make_shared<HttpExchange>(std::move(request)), keep_alive, req.version()});
+      // On an idle connection the handler has the request now, not on the writer's next turn of the event loop
+      // (behind whatever else is queued there); a pipelined request waits for the responses before it, as before.
+      const bool now = idle();
+      auto exchange = std::make_shared<HttpExchange>(std::move(request));
+      queue_.push_back({exchange, keep_alive, req.version(), now});
+      if (now) handle(exchange);
       wake();
       if (!keep_alive) break;
       // Pipelined requests wait here, a few at most.
@@ -346,14 +368,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
         asio::post(io, [weak] {
           if (auto c = weak.lock()) c->wake();
         });
+      }, [weak, &io](HttpExchange::Piece& piece) {
+        if (!io.get_executor().running_in_this_thread()) return false;
+        const auto c = weak.lock();
+        return c && c->write_now(piece);
       });
-      if (!current_->request().method.empty()) {
-        try {
-          server_.handler(current_);
-        } catch (const std::exception& e) {
-          current_->respond(server_.error_response(500, cat("internal error: ", e.what())));
-        }
-      }
+      if (!q.handled && !current_->request().method.empty()) handle(current_);
       const bool write_ok = co_await write_response(q);
       current_.reset();
       last_activity_ = Clock::now();
@@ -380,14 +400,78 @@ class Connection : public std::enable_shared_from_this<Connection> {
     return sent;
   }
 
+  http::response<http::empty_body> stream_head(const HttpResponse& head, const Queued& q) const {
+    http::response<http::empty_body> res{static_cast<http::status>(head.status), q.version};
+    res.set(http::field::server, "strata");
+    res.set(http::field::content_type, head.content_type);
+    for (const HttpHeader& h : head.headers) res.set(h.name, h.value);
+    const bool chunked = q.version >= 11;  // HTTP/1.0 has no chunks: the body ends when the connection closes
+    res.keep_alive(q.keep_alive && !server_.closing && chunked);
+    if (chunked) res.chunked(true);
+    return res;
+  }
+
+  // A stream's head or piece written from the handler's own call (HttpExchange::attach), when the writer is idle
+  // waiting for pieces: what the socket does not take at once is left in unsent_ for the writer. False: the writer
+  // is busy or it is no stream piece (then it is queued as usual).
+  bool write_now(HttpExchange::Piece& piece) {
+    if (!parked_ || !writing_ || closed_ || finishing_ || peer_gone_ || !unsent_.empty()) return false;
+    beast::error_code ec;
+    if (piece.kind == HttpExchange::Piece::kHead && !head_written_ && writing_->version >= 11) {
+      http::response<http::empty_body> res = stream_head(piece.response, *writing_);
+      http::response_serializer<http::empty_body> serializer{res};
+      serializer.split(true);
+      std::string head;
+      while (!ec && !serializer.is_header_done())
+        serializer.next(ec, [&](beast::error_code&, const auto& buffers) {
+          for (const auto b : beast::buffers_range_ref(buffers)) head.append(static_cast<const char*>(b.data()), b.size());
+          serializer.consume(beast::buffer_bytes(buffers));
+        });
+      if (ec) return false;
+      const size_t sent = send_now(asio::buffer(head), ec);
+      if (ec) return false;
+      head_written_ = chunked_ = true;
+      unsent_ = head.substr(sent);
+    } else if (piece.kind == HttpExchange::Piece::kData && chunked_) {
+      const auto chunk = http::make_chunk(asio::buffer(piece.data));
+      const size_t sent = send_now(chunk, ec);
+      if (ec) return false;
+      beast::buffers_suffix<std::decay_t<decltype(chunk)>> rest(chunk);
+      rest.consume(sent);
+      unsent_.resize(beast::buffer_bytes(rest));
+      asio::buffer_copy(asio::buffer(unsent_), rest);
+    } else {
+      return false;
+    }
+    if (!unsent_.empty()) wake();
+    return true;
+  }
+
   // Writes what the handler answers until the response is complete. False if the client went away.
   awaitable<bool> write_response(const Queued& q) {
-    bool chunked = false;
+    writing_ = &q;
+    head_written_ = chunked_ = false;
+    struct Done {  // whatever way this returns
+      Connection& c;
+      ~Done() { c.writing_ = nullptr; }
+    } done{*this};
+    bool& chunked = chunked_;
     for (;;) {
+      if (!unsent_.empty()) {  // what a piece written at once left over comes before anything queued after it
+        beast::error_code ec;
+        co_await asio::async_write(socket_, asio::buffer(unsent_), asio::redirect_error(asio::use_awaitable, ec));
+        unsent_.clear();
+        if (ec || closed_) {
+          client_gone();
+          co_return false;
+        }
+      }
       std::vector<HttpExchange::Piece> pieces = current_->take_pieces();
       if (pieces.empty()) {
         if (closed_ || peer_gone_) co_return false;
+        parked_ = true;
         co_await wait(wake_timer_);
+        parked_ = false;
         continue;
       }
       for (size_t i = 0; i < pieces.size(); ++i) {
@@ -406,13 +490,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
           co_await http::async_write(socket_, res, asio::redirect_error(asio::use_awaitable, ec));
           complete = true;
         } else if (piece.kind == HttpExchange::Piece::kHead) {
-          http::response<http::empty_body> res{static_cast<http::status>(piece.response.status), q.version};
-          res.set(http::field::server, "strata");
-          res.set(http::field::content_type, piece.response.content_type);
-          for (const HttpHeader& h : piece.response.headers) res.set(h.name, h.value);
-          chunked = q.version >= 11;  // HTTP/1.0 has no chunks: the body ends when the connection closes
-          res.keep_alive(keep_alive && chunked);
-          if (chunked) res.chunked(true);
+          http::response<http::empty_body> res = stream_head(piece.response, q);
+          chunked = q.version >= 11;
+          head_written_ = true;
           http::response_serializer<http::empty_body> serializer{res};
           co_await http::async_write_header(socket_, serializer, asio::redirect_error(asio::use_awaitable, ec));
         } else if (piece.kind == HttpExchange::Piece::kData) {
@@ -471,6 +551,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::deque<Queued> queue_;
   std::shared_ptr<HttpExchange> current_;
   bool closed_ = false, finishing_ = false, peer_gone_ = false;
+  // The response being written (write_response): its request, whether its stream head is out and chunked, whether
+  // the writer is idle waiting for pieces (write_now may then write one itself), and what such a write left over.
+  const Queued* writing_ = nullptr;
+  bool head_written_ = false, chunked_ = false, parked_ = false;
+  std::string unsent_;
   Clock::time_point last_activity_, close_deadline_;
 };
 

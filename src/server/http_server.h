@@ -4,8 +4,9 @@
 //
 // Each connection runs two coroutines on the I/O thread: a reader that parses requests (keep-alive, pipelining,
 // a body limit) and keeps reading while a response is in progress, so a client that goes away is noticed at once;
-// and a writer that hands each request to the handler as an HttpExchange and writes what the handler answers —
-// one whole response, or a stream (chunked transfer encoding) written piece by piece. The handler may answer from
+// and a writer that writes what the handler answers — one whole response, or a stream (chunked transfer encoding)
+// written piece by piece. A request on an idle connection goes to the handler (as an HttpExchange) from the reader,
+// as soon as it is read; a pipelined one from the writer, when the responses before it are complete. The handler may answer from
 // any thread, at any later time; the exchange posts to the I/O thread.
 //
 // Nothing here knows about OpenAI or the engine; Beast and Asio stay inside http_server.cpp (io_context() hands out
@@ -35,6 +36,8 @@ struct HttpRequest {
   std::string target;  // as sent: path and query
   std::vector<HttpHeader> headers;
   std::string body;
+  // When the server had read the whole request: where a handler that measures its own time per request starts.
+  std::chrono::steady_clock::time_point received{};
   std::string path() const;                                // target without the query
   const std::string* header(std::string_view name) const;  // case-insensitive; null when absent
 };
@@ -70,7 +73,9 @@ class HttpExchange {
     HttpResponse response;  // kWhole, kHead (status, content type, headers)
     std::string data;       // kData
   };
-  void attach(std::function<void()> wake);  // called when pieces are queued
+  // wake: called when pieces are queued. write_now (optional): the connection's offer to write a piece at once,
+  // called on the I/O thread only when no piece is queued before it; false leaves the piece to be queued.
+  void attach(std::function<void()> wake, std::function<bool(Piece&)> write_now = {});
   std::vector<Piece> take_pieces();
   void mark_peer_gone();  // runs the callback (I/O thread)
 
@@ -81,6 +86,7 @@ class HttpExchange {
   mutable std::mutex mu_;
   std::vector<Piece> pieces_;
   std::function<void()> wake_;
+  std::function<bool(Piece&)> write_now_;
   bool begun_ = false, ended_ = false, gone_ = false;
   std::function<void()> on_gone_;
 };

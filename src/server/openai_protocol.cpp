@@ -74,7 +74,15 @@ int32_t need_token_id(const ojson& v, const std::string& name) {
 std::vector<int32_t> token_ids(const ojson& v, const std::string& name) {
   std::vector<int32_t> ids;
   ids.reserve(v.size());
-  for (size_t i = 0; i < v.size(); ++i) ids.push_back(need_token_id(v[i], cat(name, "[", i, "]")));
+  for (size_t i = 0; i < v.size(); ++i) {
+    // The common case checked first, so that an id's name ("prompt[17]") is formatted only for an error: formatting
+    // it for every id was most of the cost of parsing a prompt of token ids.
+    if (v[i].is_number_unsigned() && v[i].get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
+      ids.push_back(static_cast<int32_t>(v[i].get<uint64_t>()));
+      continue;
+    }
+    ids.push_back(need_token_id(v[i], cat(name, "[", i, "]")));
+  }
   return ids;
 }
 
