@@ -1,9 +1,12 @@
-// `strata model init|info`: write a random-weight checkpoint of a preset V4 shape, or describe a checkpoint.
+// `strata model init|info|mtp-logits`: write a random-weight checkpoint of a preset V4 shape, describe a checkpoint,
+// or dump its MTP layer's draft logits (docs/mtp.md; compared with tests/gpu/mtp_reference.py).
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <system_error>
 #include <string>
 #include <vector>
@@ -33,6 +36,7 @@ options:
                   flash (V4-Flash layer shapes; pick --layers)
   --out DIR       where to write (created if missing)
   --layers N      number of layers (default: the preset's; the layer schedule repeats)
+  --mtp N         MTP draft layers (num_nextn_predict_layers, `mtp.<i>.*` tensors; docs/mtp.md); default 0
   --seed S        random seed (default 0)
   --tokenizer-from DIR
                   also write a tokenizer: DIR's DeepSeek-V3 tokenizer.json + tokenizer_config.json with the V4 added
@@ -42,6 +46,25 @@ options:
 
 example:
   strata model init --preset tiny --seed 1 --out /tmp/tiny
+)";
+
+constexpr const char* kMtpHelp = R"(strata model mtp-logits — run a checkpoint's MTP layer over a token sequence and write its draft
+logits as JSON (docs/mtp.md; the PyTorch reference tests/gpu/mtp_reference.py reads it and recomputes them).
+
+The main model runs over all the tokens; its last-layer hidden streams (before the HyperHead) at positions
+0 … n-2, with the tokens at 1 … n-1, then go through MTP layer --layer; row i of "mtp_logits" is the draft of
+the token at position i + 2. The JSON also holds "hidden" (those streams, every position) and "main_logits".
+
+options:
+  --model DIR     checkpoint directory with MTP layers (e.g. from `strata model init --mtp 1`)
+  --tokens IDS    comma-separated token ids, at least 2
+  --layer I       which MTP layer (default 0)
+  --chunk N       run the MTP layer N positions a step (default: all in one), to exercise its state
+  --out FILE      where to write the JSON (default: stdout)
+
+example:
+  strata model init --preset tiny --mtp 1 --seed 3 --out /tmp/tiny-mtp
+  strata model mtp-logits --model /tmp/tiny-mtp --tokens 5,17,300,2,9,41 --out /tmp/strata_mtp.json
 )";
 
 constexpr const char* kInfoHelp = R"(strata model info — load a checkpoint, check every tensor, and print its shape.
@@ -65,13 +88,16 @@ void check_tokenizer_source(const std::string& dir) {
 }
 
 int init(const std::vector<std::string>& argv) {
-  const Args args(argv, {"preset", "out", "layers", "seed", "dtype", "tokenizer-from"}, {"help"});
+  const Args args(argv, {"preset", "out", "layers", "seed", "dtype", "tokenizer-from", "mtp"}, {"help"});
   if (args.has("help")) {
     std::fputs(kInitHelp, stdout);
     return 0;
   }
   const std::string preset = args.required("preset");
   model::ModelConfig cfg = model::preset_config(preset, args.integer("layers", 0));
+  cfg.num_nextn_predict_layers = args.integer("mtp", cfg.num_nextn_predict_layers);
+  if (cfg.num_nextn_predict_layers < 0)
+    fail("option --mtp: expected a non-negative integer, found ", cfg.num_nextn_predict_layers);
   if (args.has("tokenizer-from")) cfg.vocab_size = std::max<int64_t>(cfg.vocab_size, kV4VocabSize);
   const std::string dtype = args.str("dtype", preset == "tiny" ? "f32" : "bf16");
   if (dtype != "f32" && dtype != "bf16" && dtype != "fp8" && dtype != "fp4")
@@ -107,8 +133,9 @@ int init(const std::vector<std::string>& argv) {
     fs::remove_all(staging, ignored);
     throw;
   }
-  std::printf("wrote %s (%s, %lld layers, seed %lld, %s)\n", out.c_str(), preset.c_str(),
-              static_cast<long long>(cfg.num_hidden_layers), static_cast<long long>(seed), dtype.c_str());
+  std::printf("wrote %s (%s, %lld layers, %lld MTP, seed %lld, %s)\n", out.c_str(), preset.c_str(),
+              static_cast<long long>(cfg.num_hidden_layers), static_cast<long long>(cfg.num_nextn_predict_layers),
+              static_cast<long long>(seed), dtype.c_str());
   return 0;
 }
 
@@ -129,6 +156,90 @@ int info(const std::vector<std::string>& argv) {
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     std::printf("  layer %2lld: %-29s %s\n", static_cast<long long>(l), model::to_string(c.layer_types[l]),
                 model::to_string(c.mlp_layer_types[l]));
+  std::printf("  MTP layers: %lld (config num_nextn_predict_layers %lld)\n", static_cast<long long>(m.mtp_layers()),
+              static_cast<long long>(c.num_nextn_predict_layers));
+  return 0;
+}
+
+std::vector<int32_t> parse_token_ids(const std::string& list) {
+  std::vector<int32_t> ids;
+  size_t at = 0;
+  while (at <= list.size()) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    const std::string item = list.substr(at, comma - at);
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || v < 0 || v > INT32_MAX)
+      fail("option --tokens: expected comma-separated token ids, found '", item, "'");
+    ids.push_back(static_cast<int32_t>(v));
+    at = comma + 1;
+  }
+  return ids;
+}
+
+int mtp_logits(const std::vector<std::string>& argv) {
+  const Args args(argv, {"model", "tokens", "layer", "chunk", "out"}, {"help"});
+  if (args.has("help")) {
+    std::fputs(kMtpHelp, stdout);
+    return 0;
+  }
+  const std::string dir = args.required("model");
+  const std::vector<int32_t> tokens = parse_token_ids(args.required("tokens"));
+  if (tokens.size() < 2) fail("option --tokens: the MTP layer needs at least 2 tokens, found ", tokens.size());
+  const int64_t layer = args.integer("layer", 0);
+  const int64_t n = static_cast<int64_t>(tokens.size()) - 1;  // MTP positions
+  const int64_t chunk = positive_integer(args, "chunk", n);
+  const std::unique_ptr<model::Model> m = model::open_checkpoint(dir);
+  if (layer < 0 || layer >= m->mtp_layers())
+    fail("option --layer: the checkpoint in '", dir, "' has ", m->mtp_layers(), " MTP layers, asked for layer ", layer,
+         m->mtp_layers() ? "" : " (write one with `strata model init --mtp 1`)");
+  const int64_t last = m->config().num_hidden_layers - 1;
+
+  // The main model's last-layer streams, before the HyperHead, at every position.
+  model::SequenceState state = m->new_sequence();
+  Mat hidden;
+  const Mat main_logits = m->forward(tokens, state, true, [&](int64_t l, const Mat& streams) {
+    if (l == last) hidden = streams;
+  });
+  nlohmann::json mtp_rows = nlohmann::json::array();
+  for (int64_t p = 0; p < n; p += chunk) {
+    const int64_t count = std::min(chunk, n - p);
+    std::vector<model::DraftChunk> chunks(1);
+    chunks[0].streams = Mat(count, hidden.cols);
+    std::copy(hidden.row(p), hidden.row(p) + count * hidden.cols, chunks[0].streams.v.begin());
+    chunks[0].tokens.assign(tokens.begin() + p + 1, tokens.begin() + p + 1 + count);
+    chunks[0].state = &state;
+    chunks[0].all_logits = true;
+    model::LogitsStage stage;
+    for (int64_t r = 0; r < count; ++r) stage.rows.push_back({r, true, {}, std::nullopt, nullptr});
+    const model::DraftOutput out = m->run_draft(chunks, stage, layer);
+    for (int64_t r = 0; r < count; ++r)
+      mtp_rows.push_back(std::vector<float>(out.logits.raw.row(r), out.logits.raw.row(r) + out.logits.raw.cols));
+  }
+  auto rows_of = [](const Mat& rows_mat) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (int64_t r = 0; r < rows_mat.rows; ++r)
+      rows.push_back(std::vector<float>(rows_mat.row(r), rows_mat.row(r) + rows_mat.cols));
+    return rows;
+  };
+  // "hidden": the MTP's input (so a reference can start there), "main_logits": what the main head makes of it.
+  const nlohmann::json doc = {{"source", "strata"},         {"model", dir},
+                              {"tokens", tokens},           {"mtp_layer", layer},
+                              {"chunk", chunk},             {"hidden", rows_of(hidden)},
+                              {"main_logits", rows_of(main_logits)}, {"mtp_logits", mtp_rows}};
+  const std::string text = doc.dump() + "\n";
+  if (const std::string path = args.str("out"); !path.empty()) {
+    std::ofstream f(path);
+    if (!(f << text)) fail("option --out: cannot write '", path, "'");
+    std::fprintf(stderr, "wrote %s (%lld MTP rows)\n", path.c_str(), static_cast<long long>(n));
+  } else {
+    std::fputs(text.c_str(), stdout);
+  }
   return 0;
 }
 
@@ -136,13 +247,14 @@ int info(const std::vector<std::string>& argv) {
 
 int model_command(const std::vector<std::string>& argv) {
   if (argv.empty() || argv[0] == "--help") {
-    std::printf("usage: strata model init|info [options]\n\n%s\n%s", kInitHelp, kInfoHelp);
+    std::printf("usage: strata model init|info|mtp-logits [options]\n\n%s\n%s\n%s", kInitHelp, kInfoHelp, kMtpHelp);
     return argv.empty() ? 2 : 0;
   }
   const std::vector<std::string> rest(argv.begin() + 1, argv.end());
   if (argv[0] == "init") return init(rest);
   if (argv[0] == "info") return info(rest);
-  fail("unknown model subcommand '", argv[0], "' (expected init or info)");
+  if (argv[0] == "mtp-logits") return mtp_logits(rest);
+  fail("unknown model subcommand '", argv[0], "' (expected init, info or mtp-logits)");
 }
 
 }  // namespace strata::cli

@@ -31,6 +31,24 @@ struct SequenceChunk {
   bool all_logits = false;  // logits for every token, or only the last
 };
 
+// One sequence's part of an MTP draft step (speculative decoding with the model's own MTP layers; docs/mtp.md): rows
+// for MTP positions p = state->mtp_tokens[layer] onwards. Row i joins the hidden streams of position p + i — the main
+// model's last-layer streams before its HyperHead (what a LayerObserver sees after the last layer), or, drafting
+// further ahead, the MTP layer's own output streams of position p + i - 1 — with the token at position p + i + 1.
+struct DraftChunk {
+  Mat streams;                  // [tokens.size(), hc_mult·hidden]
+  std::vector<int32_t> tokens;  // the next token of each row's position
+  SequenceState* state = nullptr;
+  bool all_logits = false;      // draft logits for every row, or only the last
+};
+
+// A draft step's result: the logits rows' sampling stage as run_step's, and the MTP layer's output streams of
+// those rows (the input of the next draft position when one MTP layer drafts several tokens).
+struct DraftOutput {
+  StepLogits logits;
+  Mat streams;  // [logits rows, hc_mult·hidden]
+};
+
 // Sees the residual streams [rows, hc·hidden] after every layer (debugging parity: strata generate --dump-hidden).
 using LayerObserver = std::function<void(int64_t layer, const Mat& streams)>;
 
@@ -111,6 +129,12 @@ class Model {
   // One sequence: logits [tokens, vocab] when all_logits, else the last token's [1, vocab].
   virtual Mat forward(const std::vector<int32_t>& tokens, SequenceState& state, bool all_logits = true,
                       const LayerObserver& observe = {}) const = 0;
+
+  // MTP draft layers (docs/mtp.md): how many the checkpoint has, and a draft step through layer `mtp_layer`, which
+  // advances each chunk's state->mtp_tokens[mtp_layer] (SequenceState::rollback_mtp drops positions again).
+  virtual int64_t mtp_layers() const { return 0; }
+  virtual DraftOutput run_draft(std::vector<DraftChunk>& chunks, const LogitsStage& stage,
+                                int64_t mtp_layer = 0) const = 0;
 
   // Per layer, the distinct routed experts the last forward ran (what a step must read of the expert weights).
   virtual std::vector<int64_t> routed_experts_last_forward() const = 0;

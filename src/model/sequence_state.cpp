@@ -35,6 +35,7 @@ void SequenceState::reset() {
   block_hashes.clear();
   num_tokens = 0;
   window_floor = entries_kept_until = 0;
+  std::fill(mtp_tokens.begin(), mtp_tokens.end(), 0);
 }
 
 void SequenceState::rollback(int64_t kept, const std::function<void(float*, const float*, int64_t)>& copy_block) {
@@ -67,6 +68,17 @@ void SequenceState::rollback(int64_t kept, const std::function<void(float*, cons
     }
   }
   num_tokens = kept;
+}
+
+void SequenceState::rollback_mtp(int64_t layer, int64_t kept) {
+  if (layer < 0 || layer >= static_cast<int64_t>(mtp_tokens.size()))
+    fail("rollback_mtp: no MTP layer ", layer, " (the model has ", mtp_tokens.size(), ")");
+  int64_t& n = mtp_tokens[static_cast<size_t>(layer)];
+  if (kept < 0 || kept > n) fail("rollback_mtp: cannot keep ", kept, " positions of an MTP layer at ", n);
+  if (n - kept > layout->max_rollback)
+    fail("rollback_mtp: dropping ", n - kept, " positions, but the MTP ring keeps only ", layout->max_rollback,
+         " droppable ones (the model's max_rollback)");
+  n = kept;
 }
 
 }  // namespace strata::model

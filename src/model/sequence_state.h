@@ -32,6 +32,10 @@ struct SequenceState {
   int64_t window_floor = 0;
   int64_t entries_kept_until = 0;
   bool replaying() const { return num_tokens < entries_kept_until; }
+  // Per MTP draft layer (layout->mtp_layers), the positions its sliding window holds: MTP position i combines the
+  // main model's hidden streams at position i with the token at i + 1, so it trails num_tokens while the runner
+  // catches up and runs ahead of it while drafting (docs/mtp.md). Rolled back on its own (rollback_mtp).
+  std::vector<int64_t> mtp_tokens;
   // Whether the compressor keeps (does not compute) the entry of window `w` at `rate` tokens per entry.
   bool keeps_entry(int64_t w, int64_t rate) const { return (w + 1) * rate <= entries_kept_until; }
 
@@ -57,6 +61,9 @@ struct SequenceState {
   // the kept prefix needs. Blocks wholly past the kept prefix are released; a shared block that the kept prefix
   // ends inside becomes a private copy first (copy_block copies one block's floats on the state's device).
   void rollback(int64_t num_tokens_kept, const std::function<void(float*, const float*, int64_t)>& copy_block);
+  // Keeps the first `kept` positions of MTP layer `layer` (at most layout->max_rollback dropped: its ring is indexed
+  // by position like the main window, so no copy).
+  void rollback_mtp(int64_t layer, int64_t kept);
 };
 
 }  // namespace strata::model

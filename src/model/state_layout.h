@@ -54,6 +54,10 @@ struct StateLayout {
   int64_t fixed_floats = 0;   // one sequence's fixed block
   int64_t smallest_rate = 0;  // 0 without compressors
   std::vector<LayerLayout> layers;
+  // The MTP draft layers' sliding-window rings (docs/mtp.md), in the fixed block after every layer's: one
+  // sliding-window layer each, no compressors. Their positions are the MTP's own (SequenceState::mtp_tokens), kept
+  // apart from `layers` so that everything that walks the main layers (the forward, snapshots) is unchanged.
+  std::vector<LayerLayout> mtp_layers;
 
   // Token blocks a sequence of `tokens` tokens holds: one for every span that has at least one closed window.
   int64_t blocks_for_tokens(int64_t tokens) const;

@@ -89,6 +89,14 @@ class CpuBackend {
   // The HyperHead's collapse of the streams of the `rows` asked for.
   Mat hyper_head(const model::v4::ModelWeights& w, const Mat& streams, const std::vector<int64_t>& rows,
                  const model::ModelConfig& cfg) const;
+  // The same with a given head's weights (fn [hc, hc·hidden], base [hc], scale [1]): an MTP layer's own.
+  Mat hyper_head(const std::vector<float>& fn, const std::vector<float>& base, const std::vector<float>& scale,
+                 const Mat& streams, const std::vector<int64_t>& rows, const model::ModelConfig& cfg) const;
+  // MTP input (docs/mtp.md): host rows onto the device, and the join of the projected hidden streams with the
+  // projected embedding, streams[r, k·d + j] = per_stream[r·hc + k, j] + shared[r, j] ([rows·hc, d] + [rows, d] →
+  // [rows, hc·d]).
+  Mat from_host(const Mat& host) const { return host; }
+  Mat join_streams(const Mat& per_stream, const Mat& shared, int64_t hc) const;
 
   // The compressor, the Lightning Indexer, attention: compressor.cpp, indexer.cpp, attention.cpp.
   // Gated pooling of every `rate` tokens into one entry of the chunk's compressor (paper §2.3.1 eqs. 9–12 with

@@ -74,6 +74,12 @@ void CpuBackend::hc_post(const Mix& m, const Mat& block_out, Mat& streams) const
 
 Mat CpuBackend::hyper_head(const ModelWeights& w, const Mat& streams, const std::vector<int64_t>& rows,
                            const ModelConfig& cfg) const {
+  return hyper_head(w.hc_head_fn, w.hc_head_base, w.hc_head_scale, streams, rows, cfg);
+}
+
+Mat CpuBackend::hyper_head(const std::vector<float>& fn, const std::vector<float>& base,
+                           const std::vector<float>& scale, const Mat& streams, const std::vector<int64_t>& rows,
+                           const ModelConfig& cfg) const {
   const int64_t hc = cfg.hc_mult, d = cfg.hidden_size;
   Mat y(static_cast<int64_t>(rows.size()), d);
   for (size_t r = 0; r < rows.size(); ++r) {
@@ -82,13 +88,22 @@ Mat CpuBackend::hyper_head(const ModelWeights& w, const Mat& streams, const std:
     rms_norm(flat.data(), hc * d, nullptr, cfg.rms_norm_eps);
     float* out = y.row(static_cast<int64_t>(r));
     std::vector<float> mix(static_cast<size_t>(hc));
-    dot_rows(flat.data(), w.hc_head_fn.data(), hc * d, hc, hc * d, mix.data());
+    dot_rows(flat.data(), fn.data(), hc * d, hc, hc * d, mix.data());
     for (int64_t h = 0; h < hc; ++h) {
-      const float pre = sigmoid(mix[h] * w.hc_head_scale[0] + w.hc_head_base[h]) + static_cast<float>(cfg.hc_eps);
+      const float pre = sigmoid(mix[h] * scale[0] + base[h]) + static_cast<float>(cfg.hc_eps);
       for (int64_t c = 0; c < d; ++c) out[c] += pre * streams.at(s, h * d + c);
     }
   }
   return y;
+}
+
+Mat CpuBackend::join_streams(const Mat& per_stream, const Mat& shared, int64_t hc) const {
+  const int64_t d = shared.cols;
+  Mat out(shared.rows, hc * d);
+  for (int64_t r = 0; r < shared.rows; ++r)
+    for (int64_t k = 0; k < hc; ++k)
+      for (int64_t j = 0; j < d; ++j) out.at(r, k * d + j) = per_stream.at(r * hc + k, j) + shared.at(r, j);
+  return out;
 }
 
 }  // namespace strata::cpu

@@ -20,8 +20,12 @@
 
 namespace strata::model::v4 {
 
-// Rows of a step, checked: every chunk has tokens and a state of this model, no state twice, ids in the vocabulary.
-StepRows make_step_rows(const ModelConfig& cfg, const std::vector<SequenceChunk>& chunks);
+using model::DraftChunk;
+using model::DraftOutput;
+
+// Rows of a step, checked: every chunk has tokens and a state of this model (`layers` layers in its layout; -1: the
+// config's num_hidden_layers), no state twice, ids in the vocabulary.
+StepRows make_step_rows(const ModelConfig& cfg, const std::vector<SequenceChunk>& chunks, int64_t layers = -1);
 // A sampling stage for a step of `logits_rows` logits rows, checked: rows in range and increasing, picks and
 // penalties well-formed (a draw in [0, 1), a temperature ≥ 0, ids in the vocabulary).
 void check_stage(const LogitsStage& stage, int64_t logits_rows, int64_t vocab);
@@ -57,15 +61,8 @@ class Forward {
       // Every residual stream starts as the token embedding.
       Tensor streams = b_.embed(w_.embed, step.rows.tokens, hc);
       for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
-        const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
         b_.begin_layer();  // a layer's temporaries live until end_layer; the streams carry everything onward
-        Tensor x;
-        auto mix = b_.hc_pre(lw.hc_attn, streams, x, cfg_);
-        b_.rms_norm_rows(x, &lw.attn_norm, cfg_.rms_norm_eps);
-        b_.hc_post(mix, attention(l, x, step), streams);
-        mix = b_.hc_pre(lw.hc_ffn, streams, x, cfg_);
-        b_.rms_norm_rows(x, &lw.ffn_norm, cfg_.rms_norm_eps);
-        b_.hc_post(mix, moe(lw.ffn, x, step), streams);
+        layer(w_.layers[static_cast<size_t>(l)], cfg_.layer_types[static_cast<size_t>(l)], l, streams, step);
         b_.end_layer();
         if (observe) observe(l, b_.to_host(streams));
       }
@@ -83,9 +80,77 @@ class Forward {
       if (st.entries_kept_until && !st.replaying()) st.window_floor = st.entries_kept_until = 0;  // replay done
     }
 
-    // The sampling stage, where the logits are: the raw rows asked for go home first, then the logit processors
-    // change their rows in place, then the allowed-token masks set the rest of their rows to -inf, then the picks
-    // are made; only ids come home for those.
+    return sampling_stage(logits, stage, step);
+  }
+
+  // MTP draft step through MTP layer `i` (docs/mtp.md; DeepSeek's MTPBlock): each row joins the hidden streams of
+  // its position with the embedding of the next token, e_proj(enorm(embed(token))) added to h_proj(hnorm(stream))
+  // of each stream; then an ordinary layer (sliding-window attention, top-k MoE) over the MTP layer's own window;
+  // then its own HyperHead and norm, and the shared vocabulary head. `view`: mtp_view_layout(layout, i).
+  DraftOutput draft(std::vector<DraftChunk>& chunks, int64_t i, const StateLayout& view, const LogitsStage& stage) {
+    if (chunks.empty()) return {};
+    const MtpWeights& m = w_.mtp.at(static_cast<size_t>(i));
+    const int64_t hc = cfg_.hc_mult, d = cfg_.hidden_size;
+    // Each state seen through the MTP layer's layout, standing at its MTP position: the layer ops then read and
+    // write the MTP ring as they would a layer's.
+    std::vector<SequenceState> views(chunks.size());
+    std::vector<SequenceChunk> as_chunks;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      const DraftChunk& ch = chunks[c];
+      if (!ch.state || static_cast<int64_t>(ch.state->mtp_tokens.size()) <= i)
+        fail("MTP draft: sequence ", c, " of the batch has no state for MTP layer ", i);
+      if (ch.streams.rows != static_cast<int64_t>(ch.tokens.size()) || ch.streams.cols != hc * d)
+        fail("MTP draft: sequence ", c, " gives ", ch.streams.rows, " × ", ch.streams.cols, " hidden streams for ",
+             ch.tokens.size(), " tokens (expected ", ch.tokens.size(), " × ", hc * d, ")");
+      views[c].layout = &view;
+      views[c].fixed = ch.state->fixed;
+      views[c].num_tokens = ch.state->mtp_tokens[static_cast<size_t>(i)];
+      as_chunks.push_back({ch.tokens, &views[c], ch.all_logits});
+    }
+    Step step{make_step_rows(cfg_, as_chunks, 1), &as_chunks};
+    check_stage(stage, static_cast<int64_t>(step.rows.logits_rows.size()), cfg_.vocab_size);
+    b_.begin_step(step);
+    // The streams of every row, one stream per row ([rows·hc, d]: the same floats as [rows, hc·d]).
+    Mat host(step.rows.rows() * hc, d);
+    for (size_t c = 0; c < chunks.size(); ++c)
+      std::copy(chunks[c].streams.v.begin(), chunks[c].streams.v.end(),
+                host.row(step.rows.first[static_cast<int64_t>(c)] * hc));
+    Tensor h = b_.from_host(host);
+    b_.rms_norm_rows(h, &m.hnorm, cfg_.rms_norm_eps);
+    Tensor e = b_.embed(w_.embed, step.rows.tokens, 1);
+    b_.rms_norm_rows(e, &m.enorm, cfg_.rms_norm_eps);
+    Tensor streams = b_.join_streams(b_.linear(h, m.h_proj), b_.linear(e, m.e_proj), hc);
+    b_.begin_layer();
+    layer(m.block, AttentionType::Sliding, 0, streams, step);
+    b_.end_layer();
+    Tensor y = b_.hyper_head(m.hc_head_fn, m.hc_head_base, m.hc_head_scale, streams, step.rows.logits_rows, cfg_);
+    b_.rms_norm_rows(y, &m.norm, cfg_.rms_norm_eps);
+    Tensor logits = b_.linear(y, w_.head);
+    DraftOutput out;
+    out.streams = b_.rows_to_host(streams, step.rows.logits_rows);
+    for (size_t c = 0; c < chunks.size(); ++c)
+      chunks[c].state->mtp_tokens[static_cast<size_t>(i)] += static_cast<int64_t>(chunks[c].tokens.size());
+    out.logits = sampling_stage(logits, stage, step);
+    return out;
+  }
+
+ private:
+  // One layer (paper §2.2): mHC around attention, then around the MoE. `state_layer`: the layer's place in the
+  // step's state layout.
+  void layer(const LayerWeights& lw, AttentionType type, int64_t state_layer, Tensor& streams, const Step& step) {
+    Tensor x;
+    auto mix = b_.hc_pre(lw.hc_attn, streams, x, cfg_);
+    b_.rms_norm_rows(x, &lw.attn_norm, cfg_.rms_norm_eps);
+    b_.hc_post(mix, attention(lw.attn, type, state_layer, x, step), streams);
+    mix = b_.hc_pre(lw.hc_ffn, streams, x, cfg_);
+    b_.rms_norm_rows(x, &lw.ffn_norm, cfg_.rms_norm_eps);
+    b_.hc_post(mix, moe(lw.ffn, x, step), streams);
+  }
+
+  // The sampling stage, where the logits are: the raw rows asked for go home first, then the logit processors
+  // change their rows in place, then the allowed-token masks set the rest of their rows to -inf, then the picks
+  // are made; only ids come home for those.
+  StepLogits sampling_stage(Tensor& logits, const LogitsStage& stage, const Step& step) {
     StepLogits out;
     std::vector<int64_t> raw_rows, penalised_rows, masked_rows, pick_rows;
     std::vector<const RowPenalties*> penalties;
@@ -117,13 +182,10 @@ class Forward {
     return out;
   }
 
- private:
   // Shared-KV MQA with sinks over the sliding window plus compressed entries (paper §2.3).
-  Tensor attention(int64_t layer, const Tensor& x, const Step& step) {
-    const AttentionWeights& w = w_.layers[static_cast<size_t>(layer)].attn;
+  Tensor attention(const AttentionWeights& w, AttentionType type, int64_t layer, const Tensor& x, const Step& step) {
     const int64_t hd = cfg_.head_dim;
-    const RopeTable& rope =
-        cfg_.layer_types[static_cast<size_t>(layer)] == AttentionType::Sliding ? rope_main_ : rope_compress_;
+    const RopeTable& rope = type == AttentionType::Sliding ? rope_main_ : rope_compress_;
 
     // Every product of the block input x at once (a backend may run them as one; a GPU does at decode sizes): the
     // query's low-rank residual, the shared key-value, the compressors' inputs, the indexer's head weights.

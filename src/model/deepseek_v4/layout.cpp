@@ -50,8 +50,27 @@ StateLayout make_state_layout(const ModelConfig& cfg, const ModelWeights& weight
     place(compressors_of(l).second, ll.indexer);
     s.layers.push_back(ll);
   }
+  // Each MTP layer attends over its own sliding window only (docs/mtp.md): one more ring, after the layers'.
+  for (size_t i = 0; i < weights.mtp.size(); ++i) {
+    LayerLayout ll;
+    ll.swa = at;
+    at += s.window_rows * s.head_dim;
+    s.mtp_layers.push_back(ll);
+  }
   s.fixed_floats = at;
   return s;
+}
+
+StateLayout mtp_view_layout(const StateLayout& layout, int64_t mtp_layer) {
+  if (mtp_layer < 0 || mtp_layer >= static_cast<int64_t>(layout.mtp_layers.size()))
+    fail("MTP: no MTP layer ", mtp_layer, " (the model has ", layout.mtp_layers.size(), ")");
+  StateLayout v;
+  v.window = layout.window;
+  v.head_dim = layout.head_dim;
+  v.max_rollback = layout.max_rollback;
+  v.window_rows = layout.window_rows;
+  v.layers = {layout.mtp_layers[static_cast<size_t>(mtp_layer)]};
+  return v;
 }
 
 }  // namespace strata::model::v4

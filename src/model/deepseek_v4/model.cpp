@@ -16,12 +16,13 @@ std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts&, Precision, 
 }
 #endif
 
-StepRows make_step_rows(const ModelConfig& cfg, const std::vector<SequenceChunk>& chunks) {
+StepRows make_step_rows(const ModelConfig& cfg, const std::vector<SequenceChunk>& chunks, int64_t layers) {
+  if (layers < 0) layers = cfg.num_hidden_layers;
   StepRows rows;
   for (size_t c = 0; c < chunks.size(); ++c) {
     const SequenceChunk& ch = chunks[c];
     if (ch.tokens.empty()) fail("forward: sequence ", c, " of the batch has no tokens");
-    if (!ch.state || !ch.state->layout || ch.state->layout->layers.size() != static_cast<size_t>(cfg.num_hidden_layers))
+    if (!ch.state || !ch.state->layout || ch.state->layout->layers.size() != static_cast<size_t>(layers))
       fail("forward: sequence ", c, " of the batch has no state for this model");
     for (size_t other = 0; other < c; ++other)
       if (chunks[other].state == ch.state) fail("forward: sequence state ", c, " appears twice in one batch");
@@ -82,6 +83,11 @@ class CpuRunner : public ForwardRunner {
     routed_ = backend.routed_experts();
     return out;
   }
+  DraftOutput run_draft(std::vector<DraftChunk>& chunks, const LogitsStage& stage, int64_t mtp_layer) override {
+    cpu::CpuBackend backend;
+    return Forward<cpu::CpuBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend)
+        .draft(chunks, mtp_layer, p_.mtp_views.at(static_cast<size_t>(mtp_layer)), stage);
+  }
   std::vector<int64_t> routed_experts_last_forward() const override {
     const std::lock_guard<std::mutex> lock(routed_mutex_);
     return routed_;
@@ -116,6 +122,8 @@ Model::Model(ModelConfig config, ModelWeights weights, Device device, Precision 
   parts_->cfg = std::move(config);
   parts_->w = std::move(weights);
   parts_->layout = make_state_layout(parts_->cfg, parts_->w, max_rollback);
+  for (size_t i = 0; i < parts_->w.mtp.size(); ++i)
+    parts_->mtp_views.push_back(mtp_view_layout(parts_->layout, static_cast<int64_t>(i)));
   if (device == Device::Cpu) dequantize_head(parts_->w);
   runner_ = device == Device::Cuda ? make_cuda_runner(*parts_, precision, cuda) : std::make_unique<CpuRunner>(*parts_);
 }
@@ -141,6 +149,7 @@ SequenceState Model::new_sequence(BlockPool* pool, int64_t max_tokens) const {
          parts_->layout.block_floats);
   s.pool = pool;
   s.fixed = runner_->allocate_state(parts_->layout.fixed_floats);
+  s.mtp_tokens.assign(parts_->layout.mtp_layers.size(), 0);
   return s;
 }
 
@@ -172,6 +181,7 @@ bool Model::copy_state(const SequenceState& from, SequenceState& to) const {
     runner_->copy_floats(to.pool->block(to.blocks[b]), from.pool->block(from.blocks[b]), block_floats);
   runner_->copy_floats(to.fixed.get(), from.fixed.get(), parts_->layout.fixed_floats);
   to.num_tokens = from.num_tokens;
+  to.mtp_tokens = from.mtp_tokens;  // the MTP rings came with the fixed block
   return true;
 }
 
@@ -197,6 +207,7 @@ bool Model::fork_state(const SequenceState& from, SequenceState& to) const {
   }
   runner_->copy_floats(to.fixed.get(), from.fixed.get(), parts_->layout.fixed_floats);
   to.num_tokens = from.num_tokens;
+  to.mtp_tokens = from.mtp_tokens;  // the MTP rings came with the fixed block
   return true;
 }
 
@@ -214,6 +225,15 @@ Mat Model::forward(const std::vector<int32_t>& tokens, SequenceState& state, boo
 StepLogits Model::run_step(std::vector<SequenceChunk>& chunks, const LogitsStage& stage,
                            const LayerObserver& observe) const {
   return runner_->run_step(chunks, stage, observe);
+}
+
+DraftOutput Model::run_draft(std::vector<DraftChunk>& chunks, const LogitsStage& stage, int64_t mtp_layer) const {
+  if (mtp_layer < 0 || mtp_layer >= mtp_layers())
+    fail("MTP draft: no MTP layer ", mtp_layer, " (the checkpoint has ", mtp_layers(), ")");
+  for (size_t c = 0; c < chunks.size(); ++c)
+    if (!chunks[c].state || chunks[c].state->layout != &parts_->layout)
+      fail("MTP draft: sequence ", c, " of the batch has no state of this model");
+  return runner_->run_draft(chunks, stage, mtp_layer);
 }
 
 std::vector<Mat> Model::forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe) const {

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/deepseek_v4/fingerprint.h"
@@ -50,6 +51,10 @@ class ForwardRunner {
   };
   virtual void from_host_many(const std::vector<HostCopy>& copies, int64_t n) {
     for (const HostCopy& c : copies) from_host(c.device_dst, c.host_src, n);
+  }
+  // forward.h's Forward::draft (an MTP draft step, docs/mtp.md) on this backend. The CUDA backend has none yet.
+  virtual DraftOutput run_draft(std::vector<DraftChunk>&, const LogitsStage&, int64_t) {
+    fail("MTP draft: this backend has no MTP forward yet (the CPU backend has)");
   }
   // Per layer, how many distinct routed experts the last forward ran (what a step must read of the expert
   // weights: the floor of benchmarks).
@@ -110,6 +115,9 @@ class Model : public model::Model {
   std::vector<Mat> forward_batch(std::vector<SequenceChunk>& chunks, const LayerObserver& observe = {}) const override;
   Mat forward(const std::vector<int32_t>& tokens, SequenceState& state, bool all_logits = true,
               const LayerObserver& observe = {}) const override;
+  int64_t mtp_layers() const override { return static_cast<int64_t>(parts_->w.mtp.size()); }
+  DraftOutput run_draft(std::vector<DraftChunk>& chunks, const LogitsStage& stage,
+                        int64_t mtp_layer = 0) const override;
   std::vector<int64_t> routed_experts_last_forward() const override { return runner_->routed_experts_last_forward(); }
   int64_t steps_replayed() const override { return runner_->steps_replayed(); }
 
@@ -119,6 +127,7 @@ class Model : public model::Model {
     ModelWeights w;
     RopeTable rope_main, rope_compress;
     StateLayout layout;
+    std::vector<StateLayout> mtp_views;  // per MTP layer, mtp_view_layout(layout, i)
   };
 
  private:

@@ -87,8 +87,8 @@ std::vector<Param> model_params(const ModelConfig& c, DType mdt) {
   add("hc_head_fn", {hc, hc * d}, Init::HcFn);
   add("hc_head_base", {hc}, Init::HcBase);
   add("hc_head_scale", {1}, Init::HcScale);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "layers." + std::to_string(l);
+  // One layer's tensors under `p` ("layers.<l>" or "mtp.<i>").
+  auto layer = [&](const std::string& p, AttentionType t, MlpType mlp, int64_t rate) {
     for (const char* site : {"attn", "ffn"}) {
       add(p + ".hc_" + site + "_fn", {mix, hc * d}, Init::HcFn);
       add(p + ".hc_" + site + "_base", {mix}, Init::HcBase);
@@ -105,23 +105,22 @@ std::vector<Param> model_params(const ModelConfig& c, DType mdt) {
     linear(a + ".wo_a.weight", c.o_groups * c.o_lora_rank, heads * hd / c.o_groups);
     linear(a + ".wo_b.weight", d, c.o_groups * c.o_lora_rank);
     add(a + ".attn_sink", {heads}, Init::Sink);
-    auto compressor = [&](const std::string& q, int64_t rate, int64_t dim, bool overlap) {
+    auto compressor = [&](const std::string& q, int64_t dim, bool overlap) {
       const int64_t width = overlap ? 2 * dim : dim;
       linear(q + ".wkv.weight", width, d, KeepBf16);
       linear(q + ".wgate.weight", width, d, KeepBf16);
       add(q + ".ape", {rate, width}, Init::PositionBias);
       add(q + ".norm.weight", {dim}, Init::Norm);
     };
-    const AttentionType t = c.layer_types[static_cast<size_t>(l)];
-    if (t != AttentionType::Sliding) compressor(a + ".compressor", c.compress_rate(l), hd, t == AttentionType::CompressedSparse);
+    if (t != AttentionType::Sliding) compressor(a + ".compressor", hd, t == AttentionType::CompressedSparse);
     if (t == AttentionType::CompressedSparse) {
       linear(a + ".indexer.wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
       linear(a + ".indexer.weights_proj.weight", c.index_n_heads, d, KeepBf16);
-      compressor(a + ".indexer.compressor", c.compress_rate(l), c.index_head_dim, true);
+      compressor(a + ".indexer.compressor", c.index_head_dim, true);
     }
     const std::string f = p + ".ffn";
     linear(f + ".gate.weight", c.n_routed_experts, d);
-    if (c.mlp_layer_types[static_cast<size_t>(l)] == MlpType::HashMoe)
+    if (mlp == MlpType::HashMoe)
       add(f + ".gate.tid2eid", {c.vocab_size, c.num_experts_per_tok}, Init::TokenToExpert, DType::I64);
     else
       add(f + ".gate.bias", {c.n_routed_experts}, Init::CorrectionBias);
@@ -132,6 +131,21 @@ std::vector<Param> model_params(const ModelConfig& c, DType mdt) {
     };
     for (int64_t e = 0; e < c.n_routed_experts; ++e) expert(f + ".experts." + std::to_string(e), RoutedExpert);
     if (c.n_shared_experts > 0) expert(f + ".shared_experts", Dense);
+  };
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    layer("layers." + std::to_string(l), c.layer_types[static_cast<size_t>(l)],
+          c.mlp_layer_types[static_cast<size_t>(l)], c.compress_rate(l));
+  // MTP draft layers (docs/mtp.md): DeepSeek's MTPBlock, a sliding-window, top-k MoE layer plus its input
+  // projections (e4m3 in the release, like the other dense matrices), norms and HyperHead.
+  for (int64_t i = 0; i < c.num_nextn_predict_layers; ++i) {
+    const std::string p = "mtp." + std::to_string(i);
+    linear(p + ".e_proj.weight", d, d);
+    linear(p + ".h_proj.weight", d, d);
+    for (const char* norm : {".enorm.weight", ".hnorm.weight", ".norm.weight"}) add(p + norm, {d}, Init::Norm);
+    add(p + ".hc_head_fn", {hc, hc * d}, Init::HcFn);
+    add(p + ".hc_head_base", {hc}, Init::HcBase);
+    add(p + ".hc_head_scale", {1}, Init::HcScale);
+    layer(p, AttentionType::Sliding, MlpType::Moe, 0);
   }
   return ps;
 }

@@ -137,12 +137,24 @@ class Loader {
     return v;
   }
 
-  // Names in the store that no lookup claimed. MTP draft layers (`mtp.*`) are kept for speculative decoding,
-  // which does not read them yet, so they are not an error.
-  void check_nothing_unexpected() const {
+  bool has_prefix(const std::string& prefix) const {
+    for (const auto& [name, t] : store_.tensors())
+      if (name.rfind(prefix, 0) == 0) return true;
+    return false;
+  }
+
+  // Names in the store that no lookup claimed. DeepSeek's release may carry copies of the shared embedding and
+  // head inside an MTP layer (its convert.py drops `mtp.*` names containing "emb" or ending in "head.weight"):
+  // those are the main model's and are skipped. Any other MTP tensor left over is an error.
+  void check_nothing_unexpected(int64_t mtp_layers) const {
     for (const auto& [name, t] : store_.tensors()) {
-      if (used_.count(name) || name.rfind("mtp.", 0) == 0 || name.rfind("model.mtp.", 0) == 0) continue;
-      fail("checkpoint: unexpected tensor '", name, "' in ", t.file, " (not part of this config's model)");
+      if (used_.count(name)) continue;
+      const bool mtp = name.rfind("mtp.", 0) == 0 || name.rfind("model.mtp.", 0) == 0;
+      const bool shared_copy = name.find("emb") != std::string::npos ||
+                               (name.size() >= 11 && name.compare(name.size() - 11, 11, "head.weight") == 0);
+      if (mtp && shared_copy) continue;
+      fail("checkpoint: unexpected tensor '", name, "' in ", t.file, " (not part of this config's model",
+           mtp ? "; num_nextn_predict_layers is " + std::to_string(mtp_layers) : std::string(), ")");
     }
   }
 
@@ -212,13 +224,62 @@ CompressorWeights load_compressor(Loader& ld, const std::string& prefix, const M
   return w;
 }
 
+// One layer's tensors under `p` ("layers.<l>" or "mtp.<i>"): mHC sites, norms, attention of `type`, MoE.
+LayerWeights load_layer(Loader& ld, const std::string& p, const ModelConfig& c, AttentionType type, MlpType mlp,
+                        int64_t rate) {
+  const int64_t d = c.hidden_size, hc = c.hc_mult, mix = (2 + hc) * hc, heads = c.num_attention_heads, hd = c.head_dim;
+  LayerWeights lw;
+  lw.hc_attn = {ld.floats(p + ".hc_attn_fn", {mix, hc * d}), ld.floats(p + ".hc_attn_base", {mix}),
+                ld.floats(p + ".hc_attn_scale", {3})};
+  lw.hc_ffn = {ld.floats(p + ".hc_ffn_fn", {mix, hc * d}), ld.floats(p + ".hc_ffn_base", {mix}),
+               ld.floats(p + ".hc_ffn_scale", {3})};
+  lw.attn_norm = ld.floats(p + ".attn_norm.weight", {d});
+  lw.ffn_norm = ld.floats(p + ".ffn_norm.weight", {d});
+
+  AttentionWeights& a = lw.attn;
+  const std::string ap = p + ".attn";
+  a.wq_a = ld.matrix(ap + ".wq_a.weight", c.q_lora_rank, d);
+  a.q_norm = ld.floats(ap + ".q_norm.weight", {c.q_lora_rank});
+  a.wq_b = ld.matrix(ap + ".wq_b.weight", heads * hd, c.q_lora_rank);
+  a.wkv = ld.matrix(ap + ".wkv.weight", hd, d);
+  a.kv_norm = ld.floats(ap + ".kv_norm.weight", {hd});
+  a.wo_a = ld.matrix(ap + ".wo_a.weight", c.o_groups * c.o_lora_rank, heads * hd / c.o_groups);
+  a.wo_b = ld.matrix(ap + ".wo_b.weight", d, c.o_groups * c.o_lora_rank);
+  a.attn_sink = ld.floats(ap + ".attn_sink", {heads});
+  if (type != AttentionType::Sliding) {
+    const bool csa = type == AttentionType::CompressedSparse;
+    a.compressor = load_compressor(ld, ap + ".compressor", c, rate, hd, csa);
+    if (csa) {
+      IndexerWeights iw;
+      iw.wq_b = ld.matrix(ap + ".indexer.wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
+      iw.weights_proj = ld.matrix(ap + ".indexer.weights_proj.weight", c.index_n_heads, d);
+      iw.compressor = load_compressor(ld, ap + ".indexer.compressor", c, rate, c.index_head_dim, true);
+      a.indexer = std::move(iw);
+    }
+  }
+
+  MoeWeights& f = lw.ffn;
+  const std::string fp = p + ".ffn";
+  f.gate = ld.matrix(fp + ".gate.weight", c.n_routed_experts, d);
+  if (mlp == MlpType::HashMoe) {
+    f.tid2eid = ld.ints(fp + ".gate.tid2eid", {c.vocab_size, c.num_experts_per_tok}, c.n_routed_experts);
+  } else {
+    f.gate_bias = ld.floats(fp + ".gate.bias", {c.n_routed_experts});
+  }
+  if (!load_stacked_experts(ld, fp, c, f.experts))
+    for (int64_t e = 0; e < c.n_routed_experts; ++e)
+      f.experts.push_back(load_expert(ld, fp + ".experts." + std::to_string(e), c.moe_intermediate_size, d));
+  if (c.n_shared_experts > 0) f.shared = load_expert(ld, fp + ".shared_experts", c.moe_intermediate_size, d);
+  return lw;
+}
+
 }  // namespace
 
 ModelWeights load_weights(const ModelConfig& c, std::shared_ptr<TensorStore> store) {
   ModelWeights mw;
   mw.store = store;
   Loader ld(*store, mw, c);
-  const int64_t d = c.hidden_size, hc = c.hc_mult, mix = (2 + hc) * hc, heads = c.num_attention_heads, hd = c.head_dim;
+  const int64_t d = c.hidden_size, hc = c.hc_mult;
   mw.embed = ld.matrix("embed.weight", c.vocab_size, d);
   if (c.tie_word_embeddings && !ld.try_find("head.weight"))
     mw.head = mw.embed;
@@ -229,54 +290,29 @@ ModelWeights load_weights(const ModelConfig& c, std::shared_ptr<TensorStore> sto
   mw.hc_head_base = ld.floats("hc_head_base", {hc});
   mw.hc_head_scale = ld.floats("hc_head_scale", {1});
 
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "layers." + std::to_string(l);
-    LayerWeights lw;
-    lw.hc_attn = {ld.floats(p + ".hc_attn_fn", {mix, hc * d}), ld.floats(p + ".hc_attn_base", {mix}),
-                  ld.floats(p + ".hc_attn_scale", {3})};
-    lw.hc_ffn = {ld.floats(p + ".hc_ffn_fn", {mix, hc * d}), ld.floats(p + ".hc_ffn_base", {mix}),
-                 ld.floats(p + ".hc_ffn_scale", {3})};
-    lw.attn_norm = ld.floats(p + ".attn_norm.weight", {d});
-    lw.ffn_norm = ld.floats(p + ".ffn_norm.weight", {d});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    mw.layers.push_back(load_layer(ld, "layers." + std::to_string(l), c, c.layer_types[static_cast<size_t>(l)],
+                                   c.mlp_layer_types[static_cast<size_t>(l)], c.compress_rate(l)));
 
-    AttentionWeights& a = lw.attn;
-    const std::string ap = p + ".attn";
-    a.wq_a = ld.matrix(ap + ".wq_a.weight", c.q_lora_rank, d);
-    a.q_norm = ld.floats(ap + ".q_norm.weight", {c.q_lora_rank});
-    a.wq_b = ld.matrix(ap + ".wq_b.weight", heads * hd, c.q_lora_rank);
-    a.wkv = ld.matrix(ap + ".wkv.weight", hd, d);
-    a.kv_norm = ld.floats(ap + ".kv_norm.weight", {hd});
-    a.wo_a = ld.matrix(ap + ".wo_a.weight", c.o_groups * c.o_lora_rank, heads * hd / c.o_groups);
-    a.wo_b = ld.matrix(ap + ".wo_b.weight", d, c.o_groups * c.o_lora_rank);
-    a.attn_sink = ld.floats(ap + ".attn_sink", {heads});
-    const AttentionType type = c.layer_types[l];
-    if (type != AttentionType::Sliding) {
-      const bool csa = type == AttentionType::CompressedSparse;
-      a.compressor = load_compressor(ld, ap + ".compressor", c, c.compress_rate(l), hd, csa);
-      if (csa) {
-        IndexerWeights iw;
-        iw.wq_b = ld.matrix(ap + ".indexer.wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
-        iw.weights_proj = ld.matrix(ap + ".indexer.weights_proj.weight", c.index_n_heads, d);
-        iw.compressor = load_compressor(ld, ap + ".indexer.compressor", c, c.compress_rate(l), c.index_head_dim, true);
-        a.indexer = std::move(iw);
-      }
+  // MTP draft layers (docs/mtp.md): DeepSeek's MTPBlock is a Block whose attention is window-only (the trailing
+  // compress_ratios entry of V4-Flash and V4-Pro is 0) and whose gate is score-based (its layer id is past the hash
+  // layers). All of them or none: a checkpoint without any `mtp.*` tensor has none.
+  if (ld.has_prefix("mtp.") || ld.has_prefix("model.mtp."))
+    for (int64_t i = 0; i < c.num_nextn_predict_layers; ++i) {
+      const std::string p = "mtp." + std::to_string(i);
+      MtpWeights m;
+      m.e_proj = ld.matrix(p + ".e_proj.weight", d, d);
+      m.h_proj = ld.matrix(p + ".h_proj.weight", d, d);
+      m.enorm = ld.floats(p + ".enorm.weight", {d});
+      m.hnorm = ld.floats(p + ".hnorm.weight", {d});
+      m.norm = ld.floats(p + ".norm.weight", {d});
+      m.hc_head_fn = ld.floats(p + ".hc_head_fn", {hc, hc * d});
+      m.hc_head_base = ld.floats(p + ".hc_head_base", {hc});
+      m.hc_head_scale = ld.floats(p + ".hc_head_scale", {1});
+      m.block = load_layer(ld, p, c, AttentionType::Sliding, MlpType::Moe, 0);
+      mw.mtp.push_back(std::move(m));
     }
-
-    MoeWeights& f = lw.ffn;
-    const std::string fp = p + ".ffn";
-    f.gate = ld.matrix(fp + ".gate.weight", c.n_routed_experts, d);
-    if (c.mlp_layer_types[l] == MlpType::HashMoe) {
-      f.tid2eid = ld.ints(fp + ".gate.tid2eid", {c.vocab_size, c.num_experts_per_tok}, c.n_routed_experts);
-    } else {
-      f.gate_bias = ld.floats(fp + ".gate.bias", {c.n_routed_experts});
-    }
-    if (!load_stacked_experts(ld, fp, c, f.experts))
-      for (int64_t e = 0; e < c.n_routed_experts; ++e)
-        f.experts.push_back(load_expert(ld, fp + ".experts." + std::to_string(e), c.moe_intermediate_size, d));
-    if (c.n_shared_experts > 0) f.shared = load_expert(ld, fp + ".shared_experts", c.moe_intermediate_size, d);
-    mw.layers.push_back(std::move(lw));
-  }
-  ld.check_nothing_unexpected();
+  ld.check_nothing_unexpected(c.num_nextn_predict_layers);
   return mw;
 }
 

@@ -66,12 +66,26 @@ struct LayerWeights {
   MoeWeights ffn;
 };
 
+// One MTP draft layer (DeepSeek's MTPBlock; docs/mtp.md): a layer of its own, always sliding-window attention and
+// top-k MoE, fed by the main model's last-layer streams (hnorm, then h_proj on each stream) plus the next token's
+// embedding (enorm, then e_proj, added to every stream); its own HyperHead and final norm, then the main model's
+// vocabulary head. It shares `embed` and `head` with the main model.
+struct MtpWeights {
+  WeightRef e_proj, h_proj;                                    // [hidden, hidden]
+  std::vector<float> enorm, hnorm, norm;                       // [hidden]
+  std::vector<float> hc_head_fn, hc_head_base, hc_head_scale;  // [hc, hc·hidden], [hc], [1]
+  LayerWeights block;
+};
+
 struct ModelWeights {
   WeightRef embed;  // [vocab, hidden]
   WeightRef head;   // [vocab, hidden]
   std::vector<float> norm;
   std::vector<float> hc_head_fn, hc_head_base, hc_head_scale;  // [hc, hc·hidden], [hc], [1]
   std::vector<LayerWeights> layers;
+  // num_nextn_predict_layers of them when the checkpoint has any `mtp.*` tensor; none when it has none
+  // (transformers' save_pretrained drops them while keeping the config key).
+  std::vector<MtpWeights> mtp;
   // Keeps the mapped files and any converted copies alive for the WeightRefs above.
   std::shared_ptr<TensorStore> store;
   std::vector<std::shared_ptr<std::vector<float>>> owned_scales;
@@ -81,7 +95,8 @@ struct ModelWeights {
 
 // Loads and checks every tensor the config implies. Accepts the official DeepSeek names, the names transformers'
 // save_pretrained writes, and transformers' in-memory names (see checkpoint_names.h). A missing, unexpected or
-// wrongly shaped tensor, or an unsupported dtype, is an Error naming it.
+// wrongly shaped tensor, or an unsupported dtype, is an Error naming it. MTP layers (`mtp.<i>.*`): all or none, see
+// ModelWeights::mtp.
 ModelWeights load_weights(const ModelConfig& cfg, std::shared_ptr<TensorStore> store);
 
 // The CPU backend reads every row of the vocabulary head for every token it samples, so with an FP8 or FP4 head
