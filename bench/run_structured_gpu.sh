@@ -133,10 +133,10 @@ for model in $models; do
       cp "$work/$model.$kind.summary.$round.json" "$out/logs/"
       log "$model $kind round $round: $(python3 -c "
 import json, sys
-s = json.load(open(sys.argv[1])); e = s['engine']
-print(f\"{s['succeeded']} ok, {s['failed']} failed; {s['generated_tokens']} tokens in {e['steps']} steps, {s['generated_tokens'] / e['step_seconds']:.0f} tok/s over steps, \"
-      f\"{1e3 * e['step_seconds'] / e['steps']:.3f} ms/step, masks {e['grammar_masks']} \"
-      f\"({1e3 * e['grammar_mask_seconds'] / e['steps']:.3f} ms/step, hidden {e.get('grammar_mask_hidden_seconds', 0.0):.4f} s)\")
+s = json.load(open(sys.argv[1])); e = s['engine']; steps = max(e['steps'], 1); t = max(e['step_seconds'], 1e-12)
+print(f\"{s['succeeded']} ok, {s['failed']} failed; {s['generated_tokens']} tokens in {e['steps']} steps, {s['generated_tokens'] / t:.0f} tok/s over steps, \"
+      f\"{1e3 * e['step_seconds'] / steps:.3f} ms/step, masks {e['grammar_masks']} \"
+      f\"({1e3 * e['grammar_mask_seconds'] / steps:.3f} ms/step, hidden {e.get('grammar_mask_hidden_seconds', 0.0):.4f} s)\")
 " "$work/$model.$kind.summary.$round.json") ($(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)") s)"
     done
   done
@@ -165,8 +165,14 @@ result = {"benchmark": "structured_outputs_engine_gpu", "device": prov["device"]
           "runs": {}}
 for kind in ["none", "json_schema", "regex", "ebnf"]:
     summaries = [json.load(open(f"{work}/{model}.{kind}.summary.{r}.json")) for r in range(1, rounds + 1)]
-    rate = lambda s: s["generated_tokens"] / s["engine"]["step_seconds"]
+    rate = lambda s: s["generated_tokens"] / s["engine"]["step_seconds"] if s["engine"]["step_seconds"] > 0 else 0.0
     best = max(range(rounds), key=lambda r: rate(summaries[r]))
+    if rate(summaries[best]) == 0:
+        # Every round's requests failed (a grammar over its compile-time cap on a loaded machine, say): the run
+        # logs say why.
+        result["runs"][kind] = {"error": "every round failed", "failed": [x["failed"] for x in summaries]}
+        print(f"WARNING: {model} {kind}: every round failed (see {out}/logs/{model}.{kind}.*.log)")
+        continue
     s, e = summaries[best], summaries[best]["engine"]
     finished_early = ok = 0
     for line in open(f"{work}/{model}.{kind}.out.{best + 1}.jsonl"):
@@ -194,20 +200,22 @@ for kind in ["none", "json_schema", "regex", "ebnf"]:
         "grammar_mask_hidden_fraction": (e.get("grammar_mask_hidden_seconds", 0.0) / e["grammar_mask_seconds"]
                                          if e["grammar_mask_seconds"] > 0 else 0.0),
         "generated_tokens_per_step_s_all_rounds": [rate(x) for x in summaries],
-        "step_ms_all_rounds": [1e3 * x["engine"]["step_seconds"] / x["engine"]["steps"] for x in summaries]}
-for kind, r in result["runs"].items():
+        "step_ms_all_rounds": [1e3 * x["engine"]["step_seconds"] / max(x["engine"]["steps"], 1) for x in summaries]}
+runs = {k: r for k, r in result["runs"].items() if "error" not in r}
+for kind, r in runs.items():
     if r["succeeded"] < 64:
         print(f"WARNING: {model} {kind}: only {r['succeeded']} of 64 requests succeeded (see the run logs)")
-base = result["runs"]["none"]
-for kind, r in result["runs"].items():
-    r["step_tokens_per_s_vs_none"] = r["generated_tokens_per_step_s"] / base["generated_tokens_per_step_s"]
-    r["step_ms_vs_none"] = r["step_ms"] / base["step_ms"]
+base = runs.get("none")
+for kind, r in runs.items():
+    if base:
+        r["step_tokens_per_s_vs_none"] = r["generated_tokens_per_step_s"] / base["generated_tokens_per_step_s"]
+        r["step_ms_vs_none"] = r["step_ms"] / base["step_ms"]
 path = f"{out}/structured_outputs_h200_{model}.json"
 json.dump(result, open(path, "w"), indent=2)
 print(path)
-print(json.dumps({k: {x: v[x] for x in ("same_outputs_all_rounds", "finished_before_max_tokens", "rows_per_step", "generated_tokens_per_step_s",
+print(json.dumps({k: {x: v.get(x) for x in ("same_outputs_all_rounds", "finished_before_max_tokens", "rows_per_step", "generated_tokens_per_step_s",
                                         "step_ms", "grammar_mask_ms_per_step", "grammar_mask_hidden_fraction",
-                                        "step_tokens_per_s_vs_none")} for k, v in result["runs"].items()}, indent=1))
+                                        "step_tokens_per_s_vs_none", "error")} for k, v in result["runs"].items()}, indent=1))
 PY
   log "$model done: $out/structured_outputs_h200_$model.json"
 done
