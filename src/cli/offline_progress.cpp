@@ -89,8 +89,9 @@ std::string format_summary(const OfflineSummary& s) {
                 e.steps ? 1e6 * outside / static_cast<double>(e.steps) : 0.0);
   std::string out = buf;
   if (e.grammar_masks > 0) {
-    std::snprintf(buf, sizeof buf, "grammar masks:     %lld, %.1f us each on the engine thread\n",
-                  static_cast<long long>(e.grammar_masks), 1e6 * e.grammar_mask_seconds / static_cast<double>(e.grammar_masks));
+    std::snprintf(buf, sizeof buf, "grammar masks:     %lld, %.1f us each on the engine thread, %.0f%% of it hidden by the device\n",
+                  static_cast<long long>(e.grammar_masks), 1e6 * e.grammar_mask_seconds / static_cast<double>(e.grammar_masks),
+                  e.grammar_mask_seconds > 0 ? 100.0 * e.grammar_mask_hidden_seconds / e.grammar_mask_seconds : 0.0);
     out += buf;
   }
   return out;
@@ -118,9 +119,11 @@ nlohmann::ordered_json summary_json(const OfflineSummary& s) {
                  {"outside_model_fraction", e.step_seconds > 0 ? (e.step_seconds - e.model_seconds) / e.step_seconds : 0.0},
                  {"outside_model_us_per_step",
                   e.steps ? 1e6 * (e.step_seconds - e.model_seconds) / static_cast<double>(e.steps) : 0.0},
-                 // Structured outputs: the masks built on the engine thread and their cost per constrained token.
+                 // Structured outputs: the masks built on the engine thread and their cost per constrained token;
+                 // of that time, what the device hid (EngineStats::grammar_mask_hidden_seconds, a lower bound).
                  {"grammar_masks", e.grammar_masks},
                  {"grammar_mask_seconds", e.grammar_mask_seconds},
+                 {"grammar_mask_hidden_seconds", e.grammar_mask_hidden_seconds},
                  {"grammar_mask_us_per_token",
                   e.grammar_masks ? 1e6 * e.grammar_mask_seconds / static_cast<double>(e.grammar_masks) : 0.0}};
   return j;

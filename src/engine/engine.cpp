@@ -170,19 +170,22 @@ void Engine::finish(Sequence& seq, FinishReason reason, std::vector<TokenEvent>&
   sequences_.erase(seq.id);
 }
 
-void Engine::build_masks(const std::vector<std::pair<ScheduledSpan*, ConstrainedOutput*>>& spans) {
-  if (spans.empty()) return;
+std::vector<std::shared_ptr<const model::TokenMask>> Engine::build_masks(
+    const std::vector<ConstrainedOutput*>& constrained, double& seconds) {
   const auto start = std::chrono::steady_clock::now();
   int64_t built = 0;
-  for (const auto& [span, c] : spans) built -= c->masks_built();
+  for (const ConstrainedOutput* c : constrained) built -= c->masks_built();
   // Each sequence's matcher is its own and the compiled grammars are safe to share, so a large batch's masks are
   // built on every core (a JSON-schema mask is ~10 us; 64 of them would be most of a GPU decode step's CPU time).
-  const auto n = static_cast<int64_t>(spans.size());
+  const auto n = static_cast<int64_t>(constrained.size());
+  std::vector<std::shared_ptr<const model::TokenMask>> masks(constrained.size());
 #pragma omp parallel for schedule(dynamic) if (n >= 8)
-  for (int64_t i = 0; i < n; ++i) spans[static_cast<size_t>(i)].first->sampling->allowed = spans[static_cast<size_t>(i)].second->next_mask();
-  for (const auto& [span, c] : spans) built += c->masks_built();
+  for (int64_t i = 0; i < n; ++i) masks[static_cast<size_t>(i)] = constrained[static_cast<size_t>(i)]->next_mask();
+  for (const ConstrainedOutput* c : constrained) built += c->masks_built();
+  seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   totals_.grammar_masks += built;
-  totals_.grammar_mask_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  totals_.grammar_mask_seconds += seconds;
+  return masks;
 }
 
 std::vector<TokenEvent> Engine::step() {
@@ -193,9 +196,12 @@ std::vector<TokenEvent> Engine::step() {
   StepPlan plan = scheduler_.plan_step();
   stalled_ = plan.empty();
   if (plan.empty()) return events;
-  std::vector<std::pair<ScheduledSpan*, ConstrainedOutput*>> constrained;
+  // Constrained spans get their masks late: built inside the runner's call, once the forward is queued.
+  LateSpanMasks late;
+  std::vector<ConstrainedOutput*> constrained;
 
-  for (ScheduledSpan& span : plan.spans) {
+  for (size_t i = 0; i < plan.spans.size(); ++i) {
+    ScheduledSpan& span = plan.spans[i];
     Sequence& s = *sequences_.at(span.sequence_id);
     const auto prompt_len = static_cast<int64_t>(s.prompt.size());
     if (span.start < prompt_len) totals_.prompt_tokens += std::min(span.end(), prompt_len) - span.start;
@@ -205,12 +211,17 @@ std::vector<TokenEvent> Engine::step() {
     span.sampling = SpanSampling{s.params.processes_logits() ? penalties_of(s.params, s.history) : model::RowPenalties{},
                                  pick_of(s.params, s.seed, static_cast<uint64_t>(s.output.size())), s.params.logprobs,
                                  nullptr};
-    if (s.constrained) constrained.emplace_back(&span, s.constrained.get());
+    if (s.constrained) {
+      late.spans.push_back(i);
+      constrained.push_back(s.constrained.get());
+    }
   }
-  build_masks(constrained);
+  double mask_seconds = 0;
+  if (!constrained.empty()) late.build = [&] { return build_masks(constrained, mask_seconds); };
   const auto model_start = std::chrono::steady_clock::now();
-  StepOutput out = runner_.execute(plan);
+  StepOutput out = runner_.execute(plan, late);
   totals_.model_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - model_start).count();
+  if (out.late_masks_hidden) totals_.grammar_mask_hidden_seconds += mask_seconds;
   scheduler_.commit(plan);
   ++totals_.steps;
   for (const ScheduledSpan& span : plan.spans)

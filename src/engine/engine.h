@@ -51,13 +51,17 @@ struct EngineStats {
   // Token blocks no sequence holds, kept findable by hash (the prefix cache's GPU tier), and those given up since.
   int64_t kept_blocks = 0, evicted_kept_blocks = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
-  // Wall time in step() and, of it, in the model runner (forward and sampling stage): the rest is the engine's own
-  // cost (planning, sampling settings, events).
+  // Wall time in step() and, of it, in the model runner (forward, the grammar masks built meanwhile, sampling
+  // stage): the rest is the engine's own cost (planning, sampling settings, events).
   double step_seconds = 0, model_seconds = 0;
-  // Structured outputs: allowed-token masks built (one per constrained token) and the wall time of building them,
-  // before each forward (part of the engine's own cost, on the step's critical path; large batches in parallel).
+  // Structured outputs: allowed-token masks built (one per constrained token) and the wall time of building them
+  // (large batches in parallel). They are built during the model runner's call, after the forward is queued
+  // (engine/model_runner.h, LateSpanMasks): on a GPU, while the device computes it. Of that time, the part hidden
+  // behind the device: the whole mask time of each step whose forward was still running when its masks were ready
+  // (a lower bound: a forward that ended while the masks were being built counts as not hiding them at all; 0 on
+  // the CPU backend, where the forward has run before).
   int64_t grammar_masks = 0;
-  double grammar_mask_seconds = 0;
+  double grammar_mask_seconds = 0, grammar_mask_hidden_seconds = 0;
   // Prefill/decode disaggregation: states handed out (prefill side); states restored at admission, and those that
   // could not be (their tokens were computed here instead) (decode side).
   int64_t exported_states = 0, imported_states = 0, import_failures = 0;
@@ -95,8 +99,10 @@ class Engine {
 
  private:
   void finish(Sequence& seq, FinishReason reason, std::vector<TokenEvent>& events, bool with_token);
-  // The allowed-token masks of a step's constrained sampling spans (structured outputs), before the forward.
-  void build_masks(const std::vector<std::pair<ScheduledSpan*, ConstrainedOutput*>>& spans);
+  // The allowed-token masks of a step's constrained sampling spans (structured outputs), one per sequence in order;
+  // adds their count and wall time to the statistics and sets `seconds` to that time.
+  std::vector<std::shared_ptr<const model::TokenMask>> build_masks(const std::vector<ConstrainedOutput*>& constrained,
+                                                                   double& seconds);
   // A sequence admitted with nothing computed: the tokens the first connector that has some puts in place.
   int64_t restore_on_admission(Sequence& s, model::SequenceState& state);
   int64_t chunk_end(const Sequence& s, int64_t start) const;

@@ -1,34 +1,31 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
-#include <bit>
 
 #include "core/error.h"
 #include "engine/sampler.h"
 
 namespace strata::engine {
 
-namespace {
-
-// Tokens of the vocabulary a mask allows.
-int64_t allowed_count(const model::TokenMask& allowed, int64_t vocab) {
-  int64_t n = 0;
-  const auto words = std::min<size_t>(allowed.size(), static_cast<size_t>(vocab / 32));
-  for (size_t w = 0; w < words; ++w) n += std::popcount(allowed[w]);
-  for (int64_t id = static_cast<int64_t>(words) * 32; id < vocab && id / 32 < static_cast<int64_t>(allowed.size()); ++id)
-    n += (allowed[static_cast<size_t>(id / 32)] >> (id % 32)) & 1u;
-  return n;
-}
-
-}  // namespace
-
 ModelRunner::ModelRunner(const model::Model& model, model::StatePool& pool, model::LayerObserver observe)
     : model_(model), pool_(pool), observe_(std::move(observe)) {}
 
-StepOutput ModelRunner::execute(const StepPlan& plan) {
+StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late) {
   StepOutput out;
   if (plan.empty()) return out;
   const int64_t vocab = model_.config().vocab_size;
+  std::vector<bool> late_mask(plan.spans.size(), false);
+  for (size_t k = 0; k < late.spans.size(); ++k) {
+    const size_t i = late.spans[k];
+    if (i >= plan.spans.size() || (k > 0 && i <= late.spans[k - 1]))
+      fail("model runner: late masks for span ", i, ", out of order or outside the plan's ", plan.spans.size(), " spans");
+    const ScheduledSpan& span = plan.spans[i];
+    if (!span.sampling || span.sampling->allowed)
+      fail("model runner: sequence ", span.sequence_id, " gets a late mask but ",
+           span.sampling ? "has a mask already" : "does not sample");
+    late_mask[i] = true;
+  }
+  if (!late.spans.empty() && !late.build) fail("model runner: late masks for ", late.spans.size(), " spans, but nothing builds them");
 
   // The model's chunks, and the sampling stage over their logits rows (numbered chunk after chunk: every row of an
   // all_logits span, else only its last).
@@ -58,12 +55,9 @@ StepOutput ModelRunner::execute(const StepPlan& plan) {
         req.raw_home = req.raw_home || span.sampling->logprobs.has_value();
         req.penalties = span.sampling->penalties;
         req.pick = span.sampling->pick;
-        if (const auto& allowed = span.sampling->allowed) {
-          req.allowed = allowed;
-          // top_k past the allowed count keeps masked tokens of probability 0: the same draw with top_k cut to the
-          // count, and the device then never walks the crowd of -inf logits (backend/cuda/sampling.cu).
-          if (req.pick->top_k > 0) req.pick->top_k = std::min(req.pick->top_k, allowed_count(*allowed, vocab));
-        }
+        req.allowed = span.sampling->allowed;
+        // Late masks come in span order, which is the stage's row order (rows are numbered chunk after chunk).
+        req.allowed_late = late_mask[i];
         pick_request[i] = static_cast<int64_t>(stage.rows.size());
       }
       if (req.raw_home || req.pick) stage.rows.push_back(std::move(req));
@@ -71,7 +65,9 @@ StepOutput ModelRunner::execute(const StepPlan& plan) {
     rows += count;
   }
 
+  if (!late.spans.empty()) stage.late_masks = late.build;
   const model::StepLogits home = model_.run_step(chunks, stage, observe_);
+  out.late_masks_hidden = home.late_masks_hidden;
 
   // Raw rows came home in request order; find each span's by its logits row.
   std::vector<int64_t> raw_index(static_cast<size_t>(rows), -1);

@@ -3,20 +3,35 @@
 // model's chunks (each span's state from its pool slot), describes the sampling stage (which logits rows come home
 // raw, which get penalties, which get a pick where they were computed), runs the step, and reads the answers: the
 // picked ids, and logprobs from the raw rows (nano-vllm's ModelRunner.run, vLLM's GPUModelRunner.execute_model).
+#include <cstddef>
+#include <vector>
+
 #include "engine/step_plan.h"
 #include "model/model.h"
 #include "model/state_pool.h"
 
 namespace strata::engine {
 
+// Structured outputs: the allowed-token masks of some of a step's sampling spans, built while the step runs. The
+// model asks for them once, after it has queued the forward and before its sampling stage applies them, so on a GPU
+// the CPU builds them while the device computes (model/logits_stage.h, LogitsStage::late_masks).
+struct LateSpanMasks {
+  // The plan's spans (indices, increasing) whose mask comes late (their SpanSampling::allowed is null).
+  std::vector<size_t> spans = {};
+  // One mask per listed span, in that order (null: that span has no mask at this point).
+  model::LateMasks build = {};
+};
+
 class ModelRunner {
  public:
   // `observe`, if set, sees every step's residual streams after every layer (debugging parity: --dump-hidden).
   ModelRunner(const model::Model& model, model::StatePool& pool, model::LayerObserver observe = {});
 
-  // Runs the plan's spans as one forward step. Throws strata::Error when the plan does not match the states (a
-  // span's start differs from the tokens its slot holds, a slot used twice, a sampling span without settings).
-  StepOutput execute(const StepPlan& plan);
+  // Runs the plan's spans as one forward step; `late`, if it lists spans, gives their masks during the step. Throws
+  // strata::Error when the plan does not match the states (a span's start differs from the tokens its slot holds, a
+  // slot used twice, a sampling span without settings, a late mask for a span that does not sample or has a mask
+  // already); an exception from late.build leaves with it.
+  StepOutput execute(const StepPlan& plan, const LateSpanMasks& late = {});
 
  private:
   const model::Model& model_;

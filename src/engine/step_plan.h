@@ -69,6 +69,8 @@ struct SpanOutput {
 
 struct StepOutput {
   std::vector<SpanOutput> spans;  // one per span of the plan, in plan order
+  // Masks given late (engine/model_runner.h): the device was still computing the forward when they were ready.
+  bool late_masks_hidden = false;
 };
 
 }  // namespace strata::engine

@@ -1,9 +1,13 @@
 #pragma once
-// The sampling stage of a step, as plain data: what happens to each logits row where the logits were computed (on a
-// GPU, the device), after the forward and before anything comes home. The engine's model runner builds it from the
+// The sampling stage of a step, as plain data (but for one late part, the grammar masks built while the forward
+// runs: LogitsStage::late_masks): what happens to each logits row where the logits were computed (on a GPU, the
+// device), after the forward and before anything comes home. The engine's model runner builds it from the
 // step plan; the backends carry it out as ops (rows_to_host, apply_penalties, pick_rows); backend/cpu/sampling.h is
 // the readable reference of every op's meaning. Nothing here knows about requests or sequences.
+#include <algorithm>
+#include <bit>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -51,12 +55,26 @@ struct LogitsRowRequest {
   RowPenalties penalties;            // applied in place before the pick
   std::optional<TokenPick> pick;     // a token is chosen where the logits are; only its id comes home
   // Applied after the penalties, before the pick: every token it does not allow gets -inf (null: all allowed). The
-  // raw row that comes home is the model's, unmasked (vLLM's default for logprobs).
+  // raw row that comes home is the model's, unmasked (vLLM's default for logprobs). A pick's top_k past the count
+  // of allowed tokens is cut to that count: the same draw (the others have probability 0), and a device then never
+  // walks the crowd of -inf logits (backend/cuda/sampling.cu).
   std::shared_ptr<const TokenMask> allowed;
+  // The row's mask comes from the stage's late_masks instead (`allowed` stays null).
+  bool allowed_late = false;
 };
+
+// A step's masks that are not known when the step starts: one per row with allowed_late, in row order (null: that
+// row is not masked after all).
+using LateMasks = std::function<std::vector<std::shared_ptr<const TokenMask>>()>;
 
 struct LogitsStage {
   std::vector<LogitsRowRequest> rows;  // each logits row at most once, in increasing row order
+  // Structured outputs: a grammar mask depends on the sequence's last token, and building a batch's masks on the
+  // CPU costs as much as a good part of a GPU decode step. So the step starts without them: the backend calls this
+  // once, after it has queued the forward and before the sampling stage needs the masks, and the CPU builds them
+  // while the device computes (on the CPU backend the forward has run by then: the same masks, no overlap). An
+  // exception from it ends the step (after the device has finished what was queued) and leaves run_step with it.
+  LateMasks late_masks = {};
 };
 
 // What came home: per request, its picked id (-1 without a pick) and, for requests with raw_home, its raw row in
@@ -64,6 +82,19 @@ struct LogitsStage {
 struct StepLogits {
   std::vector<int32_t> picks;
   Mat raw;
+  // With late_masks: whether the device was still computing the forward when they were ready, i.e. their building
+  // was wholly hidden behind it (false on the CPU backend, which computes on the calling thread).
+  bool late_masks_hidden = false;
 };
+
+// The tokens of the vocabulary [0, vocab) that `allowed` allows.
+inline int64_t allowed_count(const TokenMask& allowed, int64_t vocab) {
+  int64_t n = 0;
+  const auto words = std::min<size_t>(allowed.size(), static_cast<size_t>(vocab / 32));
+  for (size_t w = 0; w < words; ++w) n += std::popcount(allowed[w]);
+  for (int64_t id = static_cast<int64_t>(words) * 32; id < vocab && id / 32 < static_cast<int64_t>(allowed.size()); ++id)
+    n += (allowed[static_cast<size_t>(id / 32)] >> (id % 32)) & 1u;
+  return n;
+}
 
 }  // namespace strata::model

@@ -37,6 +37,9 @@ class CpuBackend {
   void begin_layer() {}
   void end_layer() {}
   Mat to_host(const Mat& x) const { return x; }
+  // Whether the device is still computing what the step queued: never here, every op runs on the calling thread (so
+  // work done before the sampling stage, a step's late masks, is never hidden behind the forward).
+  bool computing() const { return false; }
   // The listed rows of x, in order (the logits that go home whole).
   Mat rows_to_host(const Mat& x, const std::vector<int64_t>& rows) const {
     Mat m(static_cast<int64_t>(rows.size()), x.cols);

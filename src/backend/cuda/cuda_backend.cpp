@@ -256,6 +256,13 @@ Mat CudaBackend::to_host(const Tensor& x) {
   return m;
 }
 
+bool CudaBackend::computing() const {
+  const cudaError_t e = cudaStreamQuery(stream_);
+  if (e == cudaErrorNotReady) return true;
+  STRATA_CUDA_CHECK(e);
+  return false;
+}
+
 const EntryTable& CudaBackend::entry_table(int64_t layer, CompressorSlot slot) const {
   return tables_[static_cast<size_t>(layer * 2 + (slot == CompressorSlot::Indexer))];
 }

@@ -134,12 +134,20 @@ class CudaBackend {
     converted_.clear();
   }
   Mat to_host(const Tensor& x);
+  // Whether the device is still running what the step queued on its stream (a step's late masks, built on the CPU
+  // after the forward was queued, were then hidden behind it).
+  bool computing() const;
   // The end of a step (cuda_backend_logits.cpp): the listed rows of x home, through `staging` when set; then the
   // sampling stage on the device.
   void set_host_staging(HostStaging* staging) { staging_ = staging; }
   // Pinned memory for begin_step's uploads (the runner's, kept between steps; not the logits' staging, which the
   // end of a step may grow while the step's uploads are still being copied).
   void set_upload_staging(HostStaging* staging) { upload_staging_ = staging; }
+  // Pinned memory for mask_rows' upload (the runner's, kept between steps): the masks are ready only after the
+  // forward was queued (late masks), and a copy from pageable memory may hold the CPU until the copy engine gets to
+  // it — behind the forward — while one from pinned memory returns at once. A buffer of its own, as begin_step's
+  // uploads may still be on their way then.
+  void set_mask_staging(HostStaging* staging) { mask_staging_ = staging; }
   Mat rows_to_host(const Tensor& x, const std::vector<int64_t>& rows);
   // The sampling stage's logit processors, applied to the listed rows in place (sampling.cu).
   void apply_penalties(Tensor& x, const std::vector<int64_t>& rows,
@@ -249,6 +257,7 @@ class CudaBackend {
   int32_t* routed_active_ = nullptr;     // [layers] the grouped path's active-expert counts, this step
   HostStaging* staging_ = nullptr;       // pinned memory for what goes home (the runner's, kept between steps)
   HostStaging* upload_staging_ = nullptr;
+  HostStaging* mask_staging_ = nullptr;
   const std::vector<int64_t>* wanted_ = nullptr;  // the step's logits rows (StepRows), and their device copy
   const int32_t* wanted_device_ = nullptr;
   StepGraphs* graphs_ = nullptr;

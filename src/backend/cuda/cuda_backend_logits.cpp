@@ -68,16 +68,28 @@ void CudaBackend::mask_rows(Tensor& x, const std::vector<int64_t>& rows,
   const OpClock::Scope timed_op_(clock_, "mask_rows", rows_.rows, stream_);
   // One upload: the row ids, then each row's words, cut or zero-padded to the row's ceil(cols / 32) (a shorter mask
   // allows no id past its last word, as on the host).
-  const size_t n_words = static_cast<size_t>((x.cols + 31) / 32), count = rows.size();
-  std::vector<uint32_t> host(count + count * n_words, 0u);
+  const size_t n_words = static_cast<size_t>((x.cols + 31) / 32), count = rows.size(), total = count + count * n_words;
+  // Written straight into the pinned staging (set_mask_staging); a step ends waiting for its stream (end_step), so
+  // the copy is done before the next step writes the buffer again. Without staging: pageable memory, which the
+  // driver has taken when the call returns.
+  std::vector<uint32_t> pageable;
+  uint32_t* host = nullptr;
+  if (mask_staging_) {
+    host = static_cast<uint32_t*>(mask_staging_->bytes(total * sizeof(uint32_t)));
+  } else {
+    pageable.resize(total);
+    host = pageable.data();
+  }
   for (size_t i = 0; i < count; ++i) {
     host[i] = static_cast<uint32_t>(rows[i]);
     const model::TokenMask& m = *masks[i];
-    std::copy_n(m.begin(), std::min(m.size(), n_words), host.begin() + static_cast<std::ptrdiff_t>(count + i * n_words));
+    uint32_t* words = host + count + i * n_words;
+    const size_t n = std::min(m.size(), n_words);
+    std::copy_n(m.begin(), n, words);
+    std::fill(words + n, words + n_words, 0u);
   }
-  auto* d = static_cast<uint32_t*>(scratch_.bytes(host.size() * sizeof(uint32_t)));
-  // From pageable memory the copy is staged before the call returns, so `host` may go out of scope after it.
-  STRATA_CUDA_CHECK(cudaMemcpyAsync(d, host.data(), host.size() * sizeof(uint32_t), cudaMemcpyHostToDevice, stream_));
+  auto* d = static_cast<uint32_t*>(scratch_.bytes(total * sizeof(uint32_t)));
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(d, host, total * sizeof(uint32_t), cudaMemcpyHostToDevice, stream_));
   cuda::mask_rows(x.data, x.cols, reinterpret_cast<const int32_t*>(d), d + count, static_cast<int64_t>(n_words),
                   static_cast<int64_t>(count), stream_);
   changed(x.data);

@@ -37,6 +37,7 @@ class CudaRunner : public ForwardRunner {
                               &clock_);
     backend.set_host_staging(&staging_);
     backend.set_upload_staging(&upload_staging_);
+    backend.set_mask_staging(&mask_staging_);
     backend.set_graphs(&graphs_);
     StepLogits out =
         Forward<cuda::CudaBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend).run(chunks, stage, observe);
@@ -141,6 +142,7 @@ class CudaRunner : public ForwardRunner {
   cuda::Scratch scratch_;
   cuda::HostStaging staging_;         // pinned memory for the logits that go home, kept between steps
   cuda::HostStaging upload_staging_;  // and for each step's uploads
+  cuda::HostStaging mask_staging_;    // and for its allowed-token masks (late: after the forward is queued)
   cuda::StagedCopier state_copies_;   // state to and from host memory (prefix cache, snapshots)
   cuda::StepGraphs graphs_;           // recorded decode steps (step_graphs.h)
   cudaStream_t stream_ = nullptr;

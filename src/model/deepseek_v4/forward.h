@@ -6,8 +6,10 @@
 //   B::Picks   the indexer's top-k entries per row;         B::Routing  each row's experts and weights;
 // and the ops called below. backend/cpu/cpu_backend.h is the readable reference of every op's meaning; the CUDA
 // backend is tested against it op by op and as a whole.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "core/error.h"
@@ -152,23 +154,45 @@ class Forward {
   // are made; only ids come home for those.
   StepLogits sampling_stage(Tensor& logits, const LogitsStage& stage, const Step& step) {
     StepLogits out;
+    // The masks that come late (logits_stage.h): built here, the forward queued above, so that a device computes it
+    // meanwhile; whether it still was once they are ready says whether their time was hidden.
+    std::vector<std::shared_ptr<const TokenMask>> late;
+    if (stage.late_masks) {
+      try {
+        late = stage.late_masks();
+        const auto expected = std::count_if(stage.rows.begin(), stage.rows.end(),
+                                            [](const LogitsRowRequest& r) { return r.allowed_late; });
+        if (static_cast<int64_t>(late.size()) != expected)
+          fail("sampling stage: ", late.size(), " late masks came for ", expected, " rows with a late mask");
+      } catch (...) {
+        b_.end_step(step);  // nothing of the failed step is left running on the device
+        throw;
+      }
+      out.late_masks_hidden = b_.computing();
+    }
+
     std::vector<int64_t> raw_rows, penalised_rows, masked_rows, pick_rows;
     std::vector<const RowPenalties*> penalties;
     std::vector<const TokenMask*> masks;
     std::vector<TokenPick> picks;
+    size_t next_late = 0;  // late has one mask per allowed_late row (checked above)
     for (const LogitsRowRequest& r : stage.rows) {
       if (r.raw_home) raw_rows.push_back(r.row);
       if (!r.penalties.empty()) {
         penalised_rows.push_back(r.row);
         penalties.push_back(&r.penalties);
       }
-      if (r.allowed) {
+      const TokenMask* mask = r.allowed.get();
+      if (r.allowed_late) mask = late[next_late++].get();
+      if (mask) {
         masked_rows.push_back(r.row);
-        masks.push_back(r.allowed.get());
+        masks.push_back(mask);
       }
       if (r.pick) {
         pick_rows.push_back(r.row);
         picks.push_back(*r.pick);
+        TokenPick& p = picks.back();
+        if (mask && p.top_k > 0) p.top_k = std::min(p.top_k, allowed_count(*mask, cfg_.vocab_size));
       }
     }
     out.raw = b_.rows_to_host(logits, raw_rows);

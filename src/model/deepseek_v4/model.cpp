@@ -59,6 +59,9 @@ void check_stage(const LogitsStage& stage, int64_t logits_rows, int64_t vocab) {
     };
     for (int32_t id : r.penalties.seen) in_vocab(id);
     for (const auto& s : r.penalties.subtract) in_vocab(s.first);
+    if (r.allowed_late && (r.allowed || !stage.late_masks))
+      fail("sampling stage: row ", r.row, " waits for a late mask but ",
+           r.allowed ? "has a mask already" : "the stage has no late masks");
   }
 }
 
