@@ -1,7 +1,8 @@
 #pragma once
 // SharedRegion for engines on a GPU: device memory of one process opened by another on the same host through a CUDA
-// IPC memory handle (cudaIpcGetMemHandle / cudaIpcOpenMemHandle). The handle is "cuda-ipc:DEVICE:FLOATS:HEX" (the
-// handle's 64 bytes in hex). A process cannot open its own handles (CUDA refuses), so the two engines of a
+// IPC memory handle (cudaIpcGetMemHandle / cudaIpcOpenMemHandle). Regions are ranges of one 256 MiB arena per
+// process and device, exported once and opened once by each reader ("cuda-ipc:DEVICE:FLOATS:HEX@OFFSET"); a region
+// that finds no room in it is an allocation of its own ("cuda-ipc:DEVICE:FLOATS:HEX", HEX the handle's 64 bytes). A process cannot open its own handles (CUDA refuses), so the two engines of a
 // transfer are two processes; on one GPU or two GPUs of a host with peer access.
 #include <memory>
 #include <string>
