@@ -222,6 +222,17 @@ std::vector<TokenEvent> Engine::step() {
   StepOutput out = runner_.execute(plan, late);
   totals_.model_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - model_start).count();
   if (out.late_masks_hidden) totals_.grammar_mask_hidden_seconds += mask_seconds;
+  // Each constrained row's grammar takes its pick. A matcher is its sequence's own, so the rows go in parallel, as
+  // their masks do: one after another, 64 rows' advances were a tenth of a small model's GPU decode step.
+  std::vector<char> refused(plan.spans.size(), 0);
+  {
+    const auto n = static_cast<int64_t>(late.spans.size());
+#pragma omp parallel for schedule(dynamic) if (n >= 8)
+    for (int64_t k = 0; k < n; ++k) {
+      const size_t i = late.spans[static_cast<size_t>(k)];
+      refused[i] = !constrained[static_cast<size_t>(k)]->accept(out.spans[i].tokens.at(0));
+    }
+  }
   scheduler_.commit(plan);
   ++totals_.steps;
   for (const ScheduledSpan& span : plan.spans)
@@ -268,8 +279,7 @@ std::vector<TokenEvent> Engine::step() {
     const bool eos_id = !s.params.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end();
     // A grammar that refuses the pick (a pick outside its mask: never, short of a bug) ends the sequence; one
     // that accepted its end stops it, ignore_eos or not.
-    const bool refused = s.constrained && !s.constrained->accept(token);
-    if (refused)
+    if (refused[i])
       finish(s, FinishReason::Abort, events, true);
     else if (stop_id || eos_id || (s.constrained && s.constrained->terminated()))
       finish(s, FinishReason::Stop, events, true);
