@@ -431,6 +431,14 @@ void Server::send_export(const std::string& id) {
                                        {std::string(disagg::kCachedTokensHeader), std::to_string(e.stream->cached_tokens())}};
     if (const std::string shared = e.stream->shared_floats(); !shared.empty())
       headers.push_back({std::string(disagg::kSharedFloatsHeader), shared});
+    // The region is leased before its handle goes out: the decode replica may have restored from it and asked to
+    // release it before this stream's end reaches this thread.
+    if (std::shared_ptr<model::SharedRegion> region = e.stream->take_shared_region()) {
+      const Clock::time_point now = Clock::now();
+      std::erase_if(leases_, [&](const auto& lease) { return lease.second.until <= now; });
+      const std::string handle = region->handle();  // (the assignment's right side is evaluated first)
+      leases_[handle] = Lease{std::move(region), now + e.lease};
+    }
     e.exchange->begin_stream(200, "application/octet-stream", std::move(headers));
     e.begun = true;
   }
@@ -443,15 +451,7 @@ void Server::send_export(const std::string& id) {
   else send_error(*e.exchange, RequestError(503, "", cat("the prefill failed: ", read.failed.value_or("no state")),
                                             "server_error"));
   e.stream->on_change({});
-  // The region outlives the response: the decode replica reads it after the skeleton's bytes (perhaps while the
-  // response ends early), then releases it.
-  const Clock::time_point now = Clock::now();
-  std::erase_if(leases_, [&](const auto& lease) { return lease.second.until <= now; });
-  if (std::shared_ptr<model::SharedRegion> region = e.stream->take_shared_region()) {
-    const std::string handle = region->handle();  // (the assignment's right side is evaluated first)
-    leases_[handle] = Lease{std::move(region), now + e.lease};
-  }
-  exports_.erase(it);
+  exports_.erase(it);  // a leased region outlives the response, until released or its lease ends
   maybe_finish_shutdown();
 }
 

@@ -77,7 +77,11 @@ const std::set<std::string>& supported_keywords() {
 
 // Formats whose language is regular, as anchored regexes over the string's text.
 const std::map<std::string, std::string>& format_regexes() {
-  static const std::string date = R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))";
+  // RFC 3339 full-date as validators check it: the days each month has, and 29 February only in a leap year (a
+  // multiple of 4 that is not a century, or a multiple of 400: the last two digits, or the first two of a century).
+  static const std::string leap_year = R"((\d\d(0[48]|[2468][048]|[13579][26])|(00|0[48]|[2468][048]|[13579][26])00))";
+  static const std::string date = R"((\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|)"
+                                  R"(02-(0[1-9]|1\d|2[0-8]))|)" + leap_year + "-02-29)";
   static const std::string time = R"(([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))";
   static const std::string octet = R"((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))";
   static const std::string label = R"([a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)";

@@ -67,6 +67,12 @@ TEST(GrammarJsonSchema, StringFormatsAndPatterns) {
   EXPECT_TRUE(accepts(g, R"({"d": "2024-02-29", "t": "2024-02-29T23:59:60.5+01:00",
       "u": "123e4567-e89b-12d3-a456-426614174000", "e": "a.b@example.com", "p": "AB-12", "q": "xxabyy"})"));
   EXPECT_FALSE(accepts(g, R"({"d": "2024-13-01"})"));
+  // A date as validators check it: the month's days, and 29 February in leap years only.
+  for (const char* ok : {"2023-01-31", "2023-12-31", "2023-04-30", "2023-02-28", "2000-02-29", "1996-02-29", "0000-02-29"})
+    EXPECT_TRUE(accepts(g, std::string(R"({"d": ")") + ok + "\"}")) << ok;
+  for (const char* bad : {"1271-11-31", "2023-04-31", "2023-02-29", "1900-02-29", "2023-02-30", "2023-00-10", "2023-01-00"})
+    EXPECT_FALSE(accepts(g, std::string(R"({"d": ")") + bad + "\"}")) << bad;
+  EXPECT_FALSE(accepts(g, R"({"t": "2023-06-31T10:00:00Z"})"));
   EXPECT_FALSE(accepts(g, R"({"t": "2024-02-29 23:59:60Z"})"));
   EXPECT_FALSE(accepts(g, R"({"u": "123e4567e89b12d3a456426614174000"})"));
   EXPECT_FALSE(accepts(g, R"({"e": "nobody"})"));
