@@ -28,13 +28,15 @@ std::string hex(const void* bytes, size_t n) {
   return out;
 }
 
+// A region of device memory under an IPC handle, and what its end does with the memory.
 class IpcRegion : public model::SharedRegion {
  public:
-  IpcRegion(float* data, int64_t floats, int device, std::string handle, bool owner)
-      : data_(data), floats_(floats), device_(device), handle_(std::move(handle)), owner_(owner) {}
+  enum class AtEnd { Free, Close, Keep };  // the maker's allocation; an opened handle; a range of an opened arena
+  IpcRegion(float* data, int64_t floats, std::string handle, AtEnd at_end)
+      : data_(data), floats_(floats), handle_(std::move(handle)), at_end_(at_end) {}
   ~IpcRegion() override {
-    if (owner_) cudaFree(data_);
-    else cudaIpcCloseMemHandle(data_);
+    if (at_end_ == AtEnd::Free) cudaFree(data_);
+    else if (at_end_ == AtEnd::Close) cudaIpcCloseMemHandle(data_);
   }
   IpcRegion(const IpcRegion&) = delete;
   IpcRegion& operator=(const IpcRegion&) = delete;
@@ -45,9 +47,8 @@ class IpcRegion : public model::SharedRegion {
  private:
   float* data_;
   int64_t floats_;
-  int device_;
   std::string handle_;
-  bool owner_;
+  AtEnd at_end_;
 };
 
 // One exported allocation per process and device, kept for the process's life: each transfer's region is a range
@@ -149,20 +150,6 @@ class ArenaRegion : public model::SharedRegion {
   int64_t at_, floats_;
 };
 
-// An opened arena's range: the mapping stays open for the process's life (opened once per arena).
-class OpenedRange : public model::SharedRegion {
- public:
-  OpenedRange(float* data, int64_t floats, std::string handle) : data_(data), floats_(floats), handle_(std::move(handle)) {}
-  float* data() const override { return data_; }
-  int64_t floats() const override { return floats_; }
-  std::string handle() const override { return handle_; }
-
- private:
-  float* data_;
-  int64_t floats_;
-  std::string handle_;
-};
-
 }  // namespace
 
 std::unique_ptr<model::SharedRegion> make_ipc_region(int64_t floats) {
@@ -178,7 +165,8 @@ std::unique_ptr<model::SharedRegion> make_ipc_region(int64_t floats) {
     cudaFree(d);
     fail("CUDA IPC: cannot export a memory handle: ", cudaGetErrorString(e));
   }
-  return std::make_unique<IpcRegion>(d, floats, device, cat(kPrefix, device, ":", floats, ":", hex(&h, sizeof h)), true);
+  return std::make_unique<IpcRegion>(d, floats, cat(kPrefix, device, ":", floats, ":", hex(&h, sizeof h)),
+                                     IpcRegion::AtEnd::Free);
 }
 
 std::unique_ptr<model::SharedRegion> open_ipc_region(const std::string& handle) {
@@ -233,7 +221,7 @@ std::unique_ptr<model::SharedRegion> open_ipc_region(const std::string& handle) 
       }
       base = static_cast<float*>(p);
     }
-    return std::make_unique<OpenedRange>(base + offset, floats, handle);
+    return std::make_unique<IpcRegion>(base + offset, floats, handle, IpcRegion::AtEnd::Keep);
   }
   void* p = nullptr;
   // Opened on this process's current device: the same GPU, or a peer of the maker's.
@@ -241,7 +229,7 @@ std::unique_ptr<model::SharedRegion> open_ipc_region(const std::string& handle) 
     cudaGetLastError();
     return bad(cat("cannot open it (made on device ", device, "): ", cudaGetErrorString(e)));
   }
-  return std::make_unique<IpcRegion>(static_cast<float*>(p), floats, device, handle, false);
+  return std::make_unique<IpcRegion>(static_cast<float*>(p), floats, handle, IpcRegion::AtEnd::Close);
 }
 
 }  // namespace strata::cuda
