@@ -434,10 +434,9 @@ void Server::send_export(const std::string& id) {
     // The region is leased before its handle goes out: the decode replica may have restored from it and asked to
     // release it before this stream's end reaches this thread.
     if (std::shared_ptr<model::SharedRegion> region = e.stream->take_shared_region()) {
-      const Clock::time_point now = Clock::now();
-      std::erase_if(leases_, [&](const auto& lease) { return lease.second.until <= now; });
+      drop_expired_leases();
       const std::string handle = region->handle();  // (the assignment's right side is evaluated first)
-      leases_[handle] = Lease{std::move(region), now + e.lease};
+      leases_[handle] = Lease{std::move(region), Clock::now() + e.lease};
     }
     e.exchange->begin_stream(200, "application/octet-stream", std::move(headers));
     e.begun = true;
@@ -455,12 +454,16 @@ void Server::send_export(const std::string& id) {
   maybe_finish_shutdown();
 }
 
+void Server::drop_expired_leases() {
+  const Clock::time_point now = Clock::now();
+  std::erase_if(leases_, [&](const auto& lease) { return lease.second.until <= now; });
+}
+
 void Server::release_shared(HttpExchange& exchange) {
   try {
     const std::string handle = disagg::parse_release(exchange.request().body);
     const bool released = leases_.erase(handle) > 0;
-    const Clock::time_point now = Clock::now();
-    std::erase_if(leases_, [&](const auto& lease) { return lease.second.until <= now; });
+    drop_expired_leases();
     exchange.respond(json_response(200, nlohmann::json{{"released", released}}.dump()));
   } catch (const Error& e) {
     send_error(exchange, RequestError(400, "handle", e.what()));

@@ -109,6 +109,7 @@ class Server {
   void prefill_for_peer(std::shared_ptr<HttpExchange> exchange, size_t key);
   void submit_prefill(std::shared_ptr<HttpExchange> exchange, disagg::PrefillOrder order, engine::CacheOptions cache);
   void release_shared(HttpExchange& exchange);  // POST /strata/v1/prefill/release
+  void drop_expired_leases();                  // I/O thread: shared regions whose lease has ended
   void send_export(const std::string& id);  // I/O thread: what has come of an export goes out
   void admit(std::shared_ptr<Prepared> prepared);
   void on_event(const std::shared_ptr<ActiveRequest>& request, size_t choice, const engine::TokenEvent& event);
