@@ -75,6 +75,11 @@ struct LogitsStage {
   // while the device computes (on the CPU backend the forward has run by then: the same masks, no overlap). An
   // exception from it ends the step (after the device has finished what was queued) and leaves run_step with it.
   LateMasks late_masks = {};
+  // Speculative decoding with the model's MTP layers (docs/mtp.md): step rows (numbered chunk after chunk, as
+  // StepRows: chunk c's token i is row first[c] + i; not logits rows) whose residual streams after the last layer,
+  // before the HyperHead ([hc_mult·hidden] each), come home in StepLogits::streams, in this order. The MTP layer
+  // drafts from them.
+  std::vector<int64_t> stream_rows = {};
 };
 
 // What came home: per request, its picked id (-1 without a pick) and, for requests with raw_home, its raw row in
@@ -82,6 +87,7 @@ struct LogitsStage {
 struct StepLogits {
   std::vector<int32_t> picks;
   Mat raw;
+  Mat streams;  // [stage.stream_rows.size(), hc_mult·hidden]: the last layer's streams of those rows
   // With late_masks: whether the device was still computing the forward when they were ready, i.e. their building
   // was wholly hidden behind it (false on the CPU backend, which computes on the calling thread).
   bool late_masks_hidden = false;

@@ -49,6 +49,9 @@ class Forward {
     if (chunks.empty()) return {};
     Step step{make_step_rows(cfg_, chunks), &chunks};
     check_stage(stage, static_cast<int64_t>(step.rows.logits_rows.size()), cfg_.vocab_size);
+    for (int64_t r : stage.stream_rows)
+      if (r < 0 || r >= step.rows.rows())
+        fail("sampling stage: stream row ", r, " is outside the step's ", step.rows.rows(), " rows");
     // The token blocks this step's entries go to (a pool's scheduler reserved them; a lone state's pool grows).
     for (SequenceChunk& ch : chunks)
       if (!ch.state->ensure_blocks(static_cast<int64_t>(ch.tokens.size())))
@@ -57,6 +60,7 @@ class Forward {
     // A backend that recorded a step of this shape before runs the recording instead of the body (CUDA graphs of
     // decode steps); otherwise the body runs, and the backend may record it.
     Tensor logits;
+    Mat kept_streams;  // stage.stream_rows' last-layer streams (the MTP layer drafts from them)
     if (!b_.replay_step(logits)) {
       b_.begin_recording(static_cast<bool>(observe));
       const int64_t hc = cfg_.hc_mult;
@@ -69,6 +73,7 @@ class Forward {
         if (observe) observe(l, b_.to_host(streams));
       }
 
+      if (!stage.stream_rows.empty()) kept_streams = b_.rows_to_host(streams, stage.stream_rows);
       // HyperHead: a last learned collapse of the streams, then the final norm and the vocabulary head — only for
       // the rows whose logits were asked for.
       Tensor y = b_.hyper_head(w_, streams, step.rows.logits_rows, cfg_);
@@ -82,7 +87,12 @@ class Forward {
       if (st.entries_kept_until && !st.replaying()) st.window_floor = st.entries_kept_until = 0;  // replay done
     }
 
-    return sampling_stage(logits, stage, step);
+    // A replayed recording (CUDA graphs) has no streams to give: the backend must not replay such a step.
+    if (kept_streams.rows != static_cast<int64_t>(stage.stream_rows.size()))
+      fail("sampling stage: the step's last-layer streams were asked for but the backend replayed a recording");
+    StepLogits out = sampling_stage(logits, stage, step);
+    out.streams = std::move(kept_streams);
+    return out;
   }
 
   // MTP draft step through MTP layer `i` (docs/mtp.md; DeepSeek's MTPBlock): each row joins the hidden streams of
