@@ -142,6 +142,24 @@ def official_tensors(cfg):
     return out
 
 
+def mtp_tensors(cfg, i=0):
+    """[(official name, shape, kind)] of MTP layer i (docs/mtp.md), in random_init.cpp's order: the input
+    projections, norms and the layer's own HyperHead, then a window-only, top-k MoE layer under "mtp.<i>." (the
+    tensors load_layer reads for a sliding-attention, score-routed layer). The embedding and head are the main
+    model's (shared), so none are listed."""
+    d, hc = cfg["hidden_size"], cfg["hc_mult"]
+    p = f"mtp.{i}"
+    out = [(f"{p}.e_proj.weight", [d, d], "matrix"), (f"{p}.h_proj.weight", [d, d], "matrix")]
+    out += [(f"{p}.{n}.weight", [d], "float") for n in ("enorm", "hnorm", "norm")]
+    out += [(f"{p}.hc_head_fn", [hc, hc * d], "float"), (f"{p}.hc_head_base", [hc], "float"),
+            (f"{p}.hc_head_scale", [1], "float")]
+    one = dict(cfg, num_hidden_layers=1, layer_types=[SWA], mlp_layer_types=["moe"])
+    for name, shape, kind in official_tensors(one):
+        if name.startswith("layers.0."):
+            out.append((p + name[len("layers.0"):], shape, kind))
+    return out
+
+
 def fp8_scale_shape(shape):
     """Shape of the 128x128 block-scale tensor of an FP8 [rows, cols] matrix."""
     return [math.ceil(shape[0] / FP8_BLOCK), math.ceil(shape[1] / FP8_BLOCK)]
