@@ -11,9 +11,15 @@
                  (transformers' fp32 forward on the exported weights vs Strata's).
             Prints every mismatch, the accuracy the matching lines imply, and exits 1 on any mismatch.
 
+  mtp       For every sequence of mtp_strata_check.json (written by train_mtp.py from the export-exact fp32 MTP
+            layer), `strata model mtp-logits --model DIR --tokens ...` must give the same draft argmax on every row
+            (rows whose expected top two are closer than the tolerance excepted) and, at the top ids and the probe
+            ids, logits within --rtol of the row's largest |logit| (at least 1). Exits 1 on any mismatch.
+
 usage:
   python3 tools/demo_model/check_strata.py prompts --strata build/strata --in CORPUS.jsonl [--limit N]
   python3 tools/demo_model/check_strata.py greedy --strata build/strata --model DIR --expected FILE [--limit N]
+  python3 tools/demo_model/check_strata.py mtp --strata build/strata --model DIR --expected mtp_strata_check.json
 """
 import argparse
 import json
@@ -87,18 +93,59 @@ def check_greedy(args):
     return prompt_bad == 0 and gen_bad == 0
 
 
+def check_mtp(args, rtol):
+    with open(args.expected) as f:
+        expected = json.load(f)
+    probe = expected["probe_ids"]
+    bad_rows = worst = 0.0
+    rows_total = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for n, seq in enumerate(expected["sequences"]):
+            out = os.path.join(tmp, "mtp.json")
+            run([args.strata, "model", "mtp-logits", "--model", args.model, "--tokens", ",".join(map(str, seq["tokens"])),
+                 "--out", out])
+            with open(out) as f:
+                got = json.load(f)["mtp_logits"]
+            if len(got) != seq["rows"]:
+                print(f"sequence {n}: strata gave {len(got)} rows, expected {seq['rows']}")
+                bad_rows += seq["rows"]
+                continue
+            for r, row in enumerate(got):
+                scale = max(1.0, seq["row_max_abs"][r])
+                ids = seq["top_ids"][r] + probe
+                want = seq["top_logits"][r] + seq["probe_logits"][r]
+                diff = max(abs(row[i] - w) for i, w in zip(ids, want)) / scale
+                worst = max(worst, diff)
+                arg = max(range(len(row)), key=row.__getitem__)
+                tie = len(seq["top_logits"][r]) > 1 and seq["top_logits"][r][0] - seq["top_logits"][r][1] <= rtol * scale
+                if diff > rtol or (arg != seq["argmax"][r] and not tie):
+                    bad_rows += 1
+                    print(f"sequence {n} row {r}: strata argmax {arg} expected {seq['argmax'][r]}; "
+                          f"worst logit difference {diff:.3g} of the row's scale")
+            rows_total += seq["rows"]
+            del got
+    print(f"mtp: {len(expected['sequences'])} sequences, {rows_total} draft rows; rows off {int(bad_rows)}; "
+          f"worst logit difference {worst:.3g} of the row's scale (rtol {rtol})")
+    return bad_rows == 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["prompts", "greedy"])
+    ap.add_argument("command", choices=["prompts", "greedy", "mtp"])
     ap.add_argument("--strata", default=os.path.join(render.REPO, "build", "strata"))
     ap.add_argument("--in", dest="inp", help="corpus JSONL (prompts)")
-    ap.add_argument("--model", help="exported model folder (greedy)")
-    ap.add_argument("--expected", help="expected_greedy.jsonl from train.py (greedy)")
+    ap.add_argument("--model", help="exported model folder (greedy, mtp)")
+    ap.add_argument("--expected", help="expected_greedy.jsonl from train.py (greedy); mtp_strata_check.json from train_mtp.py (mtp)")
     ap.add_argument("--encoder", default=render.DEFAULT_ENCODER)
     ap.add_argument("--chat-reference", default=render.DEFAULT_CHAT_REFERENCE)
     ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--rtol", type=float, default=1e-3, help="mtp: logit tolerance relative to the row's scale")
     args = ap.parse_args()
-    if args.command == "prompts":
+    if args.command == "mtp":
+        if not (args.model and args.expected):
+            sys.exit("mtp needs --model and --expected")
+        ok = check_mtp(args, args.rtol)
+    elif args.command == "prompts":
         if not args.inp:
             sys.exit("prompts needs --in")
         ok = check_prompts(args)
