@@ -677,7 +677,7 @@ def strata_check(main, mtp, seqs, device, n_probe=32, top=8, seed=0):
 
 
 def pick_check_sequences(seqs, lines, n_short=6):
-    """A few short sequences of different kinds plus the shortest one past the 128-token window."""
+    """The shortest sequence of each kind plus the shortest one past the 128-token window."""
     chosen, kinds = [], set()
     for s, l in sorted(zip(seqs, lines), key=lambda x: len(x[0])):
         if l["kind"] not in kinds and len(chosen) < n_short:
@@ -830,7 +830,10 @@ def run(args, report):
         log(f"verify: {report['verify']}")
         with open(os.path.join(args.out, "mtp_verify.json"), "w") as f:
             json.dump(report["verify"], f, indent=2)
-        strata_seqs = [min(check, key=len)] + ([check[-1]] if len(check[-1]) > 140 else [])
+        # Strata's dump holds every row's full logits as JSON text: the shortest sequence, and the first 160
+        # tokens of the longest check (past the 128-token window, causal, so a prefix is a sequence of its own).
+        longest = max(check, key=len)
+        strata_seqs = [min(check, key=len)] + ([longest[:160]] if len(longest) > 160 else [])
         with open(os.path.join(args.out, "mtp_strata_check.json"), "w") as f:
             json.dump(strata_check(main_model, mtp, strata_seqs, device), f)
         log(f"mtp_strata_check.json: sequences of {[len(s) for s in strata_seqs]} tokens")
