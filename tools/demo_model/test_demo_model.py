@@ -212,7 +212,7 @@ class HeldOutTextTest(unittest.TestCase):
                 self.assertNotIn(corpus.pair_key(line["task"], *line["item"]), ci_pairs, line)
 
     def test_training_never_reads_the_sealed_set(self):
-        for name in ("train.py", "greedy_eval.py", "run_on_gpu.sh"):
+        for name in ("train.py", "greedy_eval.py", "run_on_gpu.sh", "train_mtp.py", "run_mtp_on_gpu.sh"):
             with open(os.path.join(HERE, name)) as f:
                 self.assertNotIn("sealed", f.read(), name)
 
@@ -533,6 +533,30 @@ class NamesTest(unittest.TestCase):
         self.assertEqual(cfg["layer_types"], [mc.SWA, mc.CSA, mc.HCA, mc.CSA])
         self.assertEqual(cfg["mlp_layer_types"][0], "hash_moe")
 
+    def test_mtp_tensors(self):
+        """The MTP layer's tensors (docs/mtp.md; random_init.cpp and weights.cpp's load of `mtp.<i>.*`): its own
+        projections, norms and HyperHead, then exactly the tensors of a window-only, top-k main layer; no copy of
+        the shared embedding or head. With them the model folder still fits the 40 MB budget."""
+        cfg = mc.demo_config()
+        d, hc = cfg["hidden_size"], cfg["hc_mult"]
+        mtp = mc.mtp_tensors(cfg)
+        names = [n for n, _, _ in mtp]
+        self.assertEqual(len(names), len(set(names)))
+        self.assertTrue(all(n.startswith("mtp.0.") for n in names))
+        self.assertFalse([n for n in names if "emb" in n or n.endswith("head.weight")])
+        own = {n: (s, k) for n, s, k in mtp[:8]}
+        self.assertEqual(own, {"mtp.0.e_proj.weight": ([d, d], "matrix"), "mtp.0.h_proj.weight": ([d, d], "matrix"),
+                               "mtp.0.enorm.weight": ([d], "float"), "mtp.0.hnorm.weight": ([d], "float"),
+                               "mtp.0.norm.weight": ([d], "float"), "mtp.0.hc_head_fn": ([hc, hc * d], "float"),
+                               "mtp.0.hc_head_base": ([hc], "float"), "mtp.0.hc_head_scale": ([1], "float")})
+        layer0 = [(n[len("layers.0"):], s, k) for n, s, k in mc.official_tensors(cfg) if n.startswith("layers.0.")]
+        rest = {n[len("mtp.0"):]: (s, k) for n, s, k in mtp[8:]}
+        swa = {n: (s, k) for n, s, k in layer0 if n != ".ffn.gate.tid2eid"}  # layer 0 is window-only, hash-routed
+        swa[".ffn.gate.bias"] = ([cfg["n_routed_experts"]], "float")
+        self.assertEqual(rest, swa)
+        mtp_mb = sum(math.prod(s) * (2 if k == "matrix" else 4) for _, s, k in mtp) / 1e6
+        self.assertLess(mc.checkpoint_bytes(cfg, "fp8") / 1e6 + mtp_mb + 4.4, 40.0)
+
     def test_config_keys_accepted(self):
         keys = mc.strata_config_keys(os.path.join(REPO, "src", "model", "config_keys.cpp"))
         with open(os.path.join(REPO, "tests", "fixtures", "transformers_saved_config.json")) as f:
@@ -694,6 +718,55 @@ def write_fake_export(out_dir, cfg, seed=0):
     assert not dropped, dropped
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
+
+
+def write_fake_mtp(out_dir, cfg, seed=1):
+    """What train_mtp.py adds to an export: mtp.safetensors (mc.mtp_tensors, matrices BF16, the rest F32),
+    model.safetensors.index.json naming both files, num_nextn_predict_layers 1 in config.json."""
+    rng = random.Random(seed)
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, shape, kind in mc.mtp_tensors(cfg):
+        dtype = "BF16" if kind == "matrix" else "F32"
+        data = random_tensor(dtype, math.prod(shape), rng)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    blob = json.dumps(header).encode()
+    blob += b" " * (-len(blob) % 8)
+    with open(os.path.join(out_dir, "mtp.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(blob)) + blob + b"".join(blobs))
+    weight_map = {n: "model.safetensors" for n in read_safetensors_header(os.path.join(out_dir, "model.safetensors"))}
+    weight_map.update({n: "mtp.safetensors" for n, _, _ in mc.mtp_tensors(cfg)})
+    with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+    with open(os.path.join(out_dir, "config.json")) as f:
+        config = json.load(f)
+    config["num_nextn_predict_layers"] = 1
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+
+
+@unittest.skipUnless(strata_has("model"), "needs a strata binary")
+class StrataLoadsMtpExportTest(unittest.TestCase):
+    """train_mtp.py's layout (the main model.safetensors untouched, the MTP layer in mtp.safetensors, an index
+    naming both): Strata loads the MTP layer and drafts with it."""
+
+    def test_mtp_layout(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg = mc.demo_config()
+            write_fake_export(tmp, cfg)
+            write_fake_mtp(tmp, cfg)
+            info = subprocess.run([STRATA, "model", "info", "--model", tmp], capture_output=True, text=True)
+            self.assertEqual(info.returncode, 0, info.stderr)
+            self.assertIn("MTP layers: 1", info.stdout)
+            out = os.path.join(tmp, "mtp.json")
+            r = subprocess.run([STRATA, "model", "mtp-logits", "--model", tmp, "--tokens", "5,17,300,2", "--out", out],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(out) as f:
+                logits = json.load(f)["mtp_logits"]
+            self.assertEqual([len(row) for row in logits], [cfg["vocab_size"]] * 3)
+            self.assertTrue(all(math.isfinite(x) for row in logits for x in row[:1000]))
 
 
 @unittest.skipUnless(strata_has("chat-template") and os.path.exists(os.path.join(V3_DIR, "tokenizer.json")),
