@@ -30,8 +30,8 @@ def demo_config(hidden_size=192, num_layers=4, moe_intermediate_size=128, n_rout
     """DeepseekV4Config keyword arguments for the demo model.
 
     Small everywhere except the vocabulary (it is the real DeepSeek one). tie_word_embeddings keeps one
-    vocab x hidden matrix in the checkpoint; num_nextn_predict_layers = 0 because the MTP layer is not trained
-    (transformers has no MTP module to train it with).
+    vocab x hidden matrix in the checkpoint; num_nextn_predict_layers = 0 because transformers has no MTP
+    module (train_mtp.py adds one MTP layer to the export afterwards; mtp_tensors lists its tensors).
     """
     if num_layers not in LAYER_SCHEDULES:
         raise ValueError(f"num_layers must be one of {sorted(LAYER_SCHEDULES)}, got {num_layers}")

@@ -32,7 +32,8 @@ Phases (each prints a "== phase" line and its time):
 Outputs (--out): model/ (config.json, model.safetensors, tokenizer files), summary.json, train_log.jsonl,
 expected_greedy.jsonl. Exit status 0 only when the export verified.
 
-MTP: not trained (transformers has no MTP module; num_nextn_predict_layers = 0). Deferred.
+MTP: not trained here (transformers has no MTP module; the export has num_nextn_predict_layers = 0). train_mtp.py
+trains one MTP layer afterwards on the frozen model (docs/demo_model.md, "The MTP head").
 """
 import argparse
 import hashlib
