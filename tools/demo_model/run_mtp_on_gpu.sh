@@ -44,7 +44,7 @@ for f in .deps/reference/encoding_dsv4.py tests/reference/chat_reference.py test
          models/demo/config.json models/demo/model.safetensors models/demo/tokenizer.json; do
   [ -f "$f" ] || { echo "missing $f (carry .deps/reference to the device; models/demo/ comes with the tree)"; exit 2; }
 done
-if ls models/demo/mtp.safetensors models/demo/model.safetensors.index.json > /dev/null 2>&1; then
+if [ -e models/demo/mtp.safetensors ] || [ -e models/demo/model.safetensors.index.json ]; then
   echo "models/demo/ already has an MTP layer (mtp.safetensors / model.safetensors.index.json); this trains one for the main model alone"
   exit 2
 fi
