@@ -55,6 +55,7 @@ print('python ok: torch', torch.__version__, 'transformers', transformers.__vers
 python_check=$!
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader || true
 
+[ $smoke = 1 ] && train_lines=4000
 step "corpus (${train_lines} training lines: ${corpus_args[*]})"
 if [ $smoke = 1 ]; then
   python3 tools/demo_model/corpus.py --out "$work/corpus" --train-lines 4000 --heldout-lines 300 "${corpus_args[@]}" > /dev/null
