@@ -17,20 +17,11 @@ PositionMask compute_position_mask(const ByteGrammar& grammar, const TokenVocabu
   // exit_before[k]: along the current path of k bytes, some rule ended against an unknown parent at an offset j in
   // (0, k) and byte j may follow it — a token that dies later is uncertain, not rejected.
   std::vector<uint8_t> exit_before{0};
-  // The last token that died: every following token sharing its first fail_len bytes dies the same way.
-  size_t fail_len = 0;
-  bool fail_uncertain = false;
-
   for (size_t i = 0; i < sorted.size(); ++i) {
     const int32_t id = sorted[i];
     const std::string_view bytes = vocab.bytes(id);
-    if (fail_len > 0 && i > 0 && lcp[i] >= fail_len) {
-      if (fail_uncertain) out.uncertain.push_back(id);
-      continue;
-    }
-    fail_len = 0;
     size_t consumed = parser.depth() - 1;
-    // The path is a prefix of the last token walked; skipped tokens between share more than the path with it.
+    // The path is a prefix of the last token walked; tokens jumped over between share more than the path with it.
     const size_t keep = i == 0 ? 0 : std::min<size_t>(consumed, lcp[i]);
     while (consumed > keep) {
       parser.pop();
@@ -43,9 +34,15 @@ PositionMask compute_position_mask(const ByteGrammar& grammar, const TokenVocabu
       const bool exits_here = k > 0 && parser.exit_follow().test(b);
       exit_before.push_back(exit_before[k] || exits_here);
       if (!parser.advance(b)) {
-        fail_len = k + 1;
-        fail_uncertain = exit_before[k + 1] != 0;
+        // Every following token that shares the first k + 1 bytes dies the same way (uncertain or rejected): jump
+        // over the trie node of those bytes.
+        const bool uncertain = exit_before[k + 1] != 0;
         exit_before.pop_back();
+        if (uncertain) out.uncertain.push_back(id);
+        const size_t end = vocab.subtree_end(i, k + 1);
+        if (uncertain)
+          for (size_t j = i + 1; j < end; ++j) out.uncertain.push_back(sorted[j]);
+        i = end - 1;
         alive = false;
         break;
       }
@@ -53,8 +50,6 @@ PositionMask compute_position_mask(const ByteGrammar& grammar, const TokenVocabu
     if (alive) {
       out.accepted[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
       ++out.accepted_count;
-    } else if (fail_uncertain) {
-      out.uncertain.push_back(id);
     }
   }
   return out;

@@ -35,6 +35,20 @@ TokenVocabulary::TokenVocabulary(std::vector<std::string> bytes, std::vector<boo
     while (k < n && a[k] == b[k]) ++k;
     lcp_[i] = k;
   }
+  end_offset_.assign(sorted_.size() + 1, 0);
+  for (size_t i = 0; i < sorted_.size(); ++i)
+    end_offset_[i + 1] = end_offset_[i] + bytes_[static_cast<size_t>(sorted_[i])].size();
+  subtree_end_.assign(end_offset_.back(), 0);
+  // Backwards: the node of i's first d bytes ends at i + 1 unless token i + 1 shares those d bytes (lcp ≥ d: it is
+  // at least d long), where it ends where i + 1's node of d bytes ends.
+  for (size_t i = sorted_.size(); i-- > 0;) {
+    const size_t len = end_offset_[i + 1] - end_offset_[i];
+    for (size_t d = 1; d <= len; ++d) {
+      const bool shared = i + 1 < sorted_.size() && lcp_[i + 1] >= d;
+      subtree_end_[end_offset_[i] + d - 1] =
+          shared ? subtree_end_[end_offset_[i + 1] + d - 1] : static_cast<uint32_t>(i + 1);
+    }
+  }
 }
 
 TokenVocabulary TokenVocabulary::from_tokenizer(const Tokenizer& tokenizer, const std::vector<std::string_view>& markup) {

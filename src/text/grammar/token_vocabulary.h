@@ -36,6 +36,10 @@ class TokenVocabulary {
   // Matchable ids (not excluded, not empty) in byte order, and lcp[i] = common prefix of sorted[i-1] and sorted[i].
   const std::vector<int32_t>& sorted_ids() const { return sorted_; }
   const std::vector<uint32_t>& sorted_lcp() const { return lcp_; }
+  // The trie node of sorted[i]'s first `depth` bytes (1 ≤ depth ≤ its length) ends before sorted index
+  // subtree_end(i, depth): every index in (i, subtree_end) shares those bytes. A mask walk that rejects a token at
+  // byte depth-1 jumps over every token below that node at once, instead of visiting each.
+  size_t subtree_end(size_t i, size_t depth) const { return subtree_end_[end_offset_[i] + depth - 1]; }
 
  private:
   std::vector<std::string> bytes_;
@@ -43,6 +47,8 @@ class TokenVocabulary {
   std::vector<uint8_t> matchable_;
   std::vector<int32_t> sorted_;
   std::vector<uint32_t> lcp_;
+  std::vector<size_t> end_offset_;     // sorted index → its first entry in subtree_end_
+  std::vector<uint32_t> subtree_end_;  // per sorted index, one entry per byte of its token
 };
 
 }  // namespace strata::text::grammar
