@@ -38,10 +38,9 @@ PositionMask compute_position_mask(const ByteGrammar& grammar, const TokenVocabu
         // over the trie node of those bytes.
         const bool uncertain = exit_before[k + 1] != 0;
         exit_before.pop_back();
-        if (uncertain) out.uncertain.push_back(id);
         const size_t end = vocab.subtree_end(i, k + 1);
         if (uncertain)
-          for (size_t j = i + 1; j < end; ++j) out.uncertain.push_back(sorted[j]);
+          for (size_t j = i; j < end; ++j) out.uncertain.push_back(sorted[j]);
         i = end - 1;
         alive = false;
         break;
