@@ -111,6 +111,7 @@ options:
   --state-memory BYTES       memory for per-sequence state, e.g. 2GiB (default: a slot per sequence plus 256
                              token blocks of compressed entries, 128 tokens each)
   --max-n N                  largest n accepted (default 16)
+  --grammar-compile-timeout S a schema, regex or grammar that takes longer to compile fails its line (default 10)
   --served-model-name NAME   the name a request's "model" must match, shown in results (default: basename of DIR)
   --progress-interval S      without a terminal on stderr: seconds between progress lines (default 5)
   --summary FILE.json        also write the summary as JSON (throughput, engine steps, time outside the model)
@@ -144,7 +145,7 @@ int offline_generate(const std::vector<std::string>& argv) {
   const Args args(argv,
                   with_cache_options({"model", "device", "precision", "cuda-graphs", "input", "output", "max-num-seqs",
                                       "max-num-batched-tokens", "max-model-len", "state-memory", "max-n",
-                                      "served-model-name", "progress-interval", "summary"}),
+                                      "served-model-name", "progress-interval", "summary", "grammar-compile-timeout"}),
                   {"help", "cuda-op-times"});
   if (args.has("help")) {
     std::fputs(kOfflineHelp, stdout);
@@ -157,6 +158,9 @@ int offline_generate(const std::vector<std::string>& argv) {
   const int64_t max_n = positive_integer(args, "max-n", 16);
   const double interval = args.number("progress-interval", 5.0);
   if (!(interval > 0)) fail("option --progress-interval: expected seconds > 0, found ", interval);
+  const double grammar_timeout_s = args.number("grammar-compile-timeout", 10.0);
+  if (!(grammar_timeout_s > 0))
+    fail("option --grammar-compile-timeout: expected seconds > 0, found ", grammar_timeout_s);
   const std::string dir = model_dir_or_default(args);  // after the options: a bad flag is named before the model
 
   const std::vector<std::string> lines = read_lines(input);
@@ -175,6 +179,8 @@ int offline_generate(const std::vector<std::string>& argv) {
   settings.limits.max_model_len = ec.max_model_len;
   settings.limits.protocol.max_n = max_n;
   settings.limits.served_model_name = args.str("served-model-name", default_served_model_name(dir));
+  settings.limits.grammar_limits.max_compile_time =
+      std::chrono::milliseconds(static_cast<int64_t>(grammar_timeout_s * 1000));
 
   std::ofstream file;
   if (output != "-") {

@@ -44,7 +44,7 @@ class OfflineRun {
         progress_(progress) {
     settings_.limits.protocol.vocab_size = model.config().vocab_size;
     settings_.limits.grammars = [this]() -> text::grammar::GrammarCache& {
-      if (!grammars_) grammars_ = server::make_grammar_cache(tokenizer_);
+      if (!grammars_) grammars_ = server::make_grammar_cache(tokenizer_, settings_.limits.grammar_limits);
       return *grammars_;
     };
     for (const std::string& l : lines_) summary_.requests += !blank(l);

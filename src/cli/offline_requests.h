@@ -43,6 +43,7 @@ struct OfflineLimits {
   std::string served_model_name;  // a request's "model", when given, must name it (404 otherwise)
   // The grammar cache of structured outputs and tool_choice, built on first use (server/request_constraint.h).
   std::function<text::grammar::GrammarCache&()> grammars;
+  text::grammar::GrammarCacheLimits grammar_limits;  // the caps `grammars` is built with
 };
 
 // One input line, parsed and tokenized: ready for the engine, or refused with the error the server would send.
