@@ -550,6 +550,33 @@ TEST_F(MtpForward, MainRollbackLeavesTheMtpStateAndCopiesCarryIt) {
   EXPECT_EQ(copy.mtp_tokens[0], 0);
 }
 
+// LogitsStage::stream_rows: the chosen step rows' last-layer streams come home with the step, the very floats the
+// layer observer sees after the last layer (what the MTP layer drafts from), in the order asked for.
+TEST_F(MtpForward, StreamRowsAreTheLastLayersStreams) {
+  SequenceState st = model_->new_sequence();
+  std::vector<model::SequenceChunk> chunks{{tokens_, &st, false}};
+  LogitsStage stage = raw_rows(1);
+  stage.stream_rows = {11, 2, 5};
+  const model::StepLogits out = model_->run_step(chunks, stage);
+  ASSERT_EQ(out.streams.rows, 3);
+  ASSERT_EQ(out.streams.cols, hidden_->cols);
+  for (int64_t i = 0; i < 3; ++i) {
+    const int64_t r = stage.stream_rows[static_cast<size_t>(i)];
+    EXPECT_TRUE(same_finite_bits(out.streams.row(i), hidden_->row(r), static_cast<size_t>(hidden_->cols))) << "row " << r;
+  }
+  // Without stream rows, none come home.
+  SequenceState plain = model_->new_sequence();
+  std::vector<model::SequenceChunk> plain_chunks{{tokens_, &plain, false}};
+  EXPECT_EQ(model_->run_step(plain_chunks, raw_rows(1)).streams.rows, 0);
+  // A row outside the step is refused before anything runs.
+  SequenceState other = model_->new_sequence();
+  std::vector<model::SequenceChunk> bad{{tokens_, &other, false}};
+  stage.stream_rows = {12};
+  EXPECT_NE(error_of([&] { model_->run_step(bad, stage); }).find("stream row 12 is outside the step's 12 rows"),
+            std::string::npos);
+  EXPECT_EQ(other.num_tokens, 0);
+}
+
 TEST_F(MtpForward, RejectsMalformedDrafts) {
   SequenceState st = model_->new_sequence();
   std::vector<DraftChunk> chunks(1);
@@ -563,6 +590,11 @@ TEST_F(MtpForward, RejectsMalformedDrafts) {
   EXPECT_NE(error_of([&] { model_->run_draft(chunks, raw_rows(1), 0); }).find("outside the vocabulary"),
             std::string::npos);
   EXPECT_NE(error_of([&] { model_->run_draft(chunks, raw_rows(1), 1); }).find("no MTP layer 1"), std::string::npos);
+  chunks[0].tokens = {1, 2};
+  LogitsStage with_streams = raw_rows(1);
+  with_streams.stream_rows = {0};
+  EXPECT_NE(error_of([&] { model_->run_draft(chunks, with_streams, 0); }).find("DraftOutput::streams"),
+            std::string::npos);
   const v4::Model other = v4::load_model(*dir_);
   SequenceState foreign = other.new_sequence();
   chunks[0].tokens = {1, 2};

@@ -98,15 +98,15 @@ TEST(StateSnapshot, StreamsPieceByPiece) {
   for (int64_t l = 0; l < writer.layers(); ++l) stream += writer.layer(l);
   EXPECT_EQ(stream, m->snapshot(original));
   // 300 tokens of the tiny preset, in bytes. Header: preamble, section frame, body (fingerprint, "cpu fp32", 4
-  // numbers, 4 layers × 2 compressors × 3 shape numbers). Every layer: frame, index, row count, a full window of
+  // numbers, 4 layers × 2 compressors × 3 shape numbers, the MTP layer count: 0). Every layer: frame, index, row count, a full window of
   // 128 × 64 floats. CSA layers (1, 3), rate 4: none pending, so the raw rows of the previous window (4 rows of
   // kv and gate, 2·64 wide: the next entry's overlap) and 75 entries of 64 floats; the same for the indexer's
   // 32-wide compressor. The HCA layer (2), rate 128: 44 raw rows of the open window, 2 entries.
-  const size_t header = 16 + 16 + (16 + 16 + 4 * 8 + 4 * 2 * 3 * 8), window = 16 + 16 + 128 * 64 * 4;
+  const size_t header = 16 + 16 + (16 + 16 + 4 * 8 + 4 * 2 * 3 * 8 + 8), window = 16 + 16 + 128 * 64 * 4;
   const size_t csa = window + (16 + 2 * 4 * 128 * 4 + 75 * 64 * 4) + (16 + 2 * 4 * 64 * 4 + 75 * 32 * 4);
   const size_t hca = window + 16 + 2 * 44 * 64 * 4 + 2 * 64 * 4;
   EXPECT_EQ(stream.size(), header + window + 2 * csa + hca);
-  EXPECT_EQ(stream.size(), 224496u);
+  EXPECT_EQ(stream.size(), 224504u);
 
   // The bytes arrive in 1000-byte chunks; the reader takes each piece once it is whole.
   SequenceState into = m->new_sequence();

@@ -60,6 +60,8 @@ options:
   --tokens IDS    comma-separated token ids, at least 2
   --layer I       which MTP layer (default 0)
   --chunk N       run the MTP layer N positions a step (default: all in one), to exercise its state
+  --device D      cpu (default) or cuda: which backend runs the main model and the MTP layer
+  --precision P   on cuda: fp32 (true fp32 products, for comparisons), bf16 (default) or fp8
   --out FILE      where to write the JSON (default: stdout)
 
 example:
@@ -183,7 +185,7 @@ std::vector<int32_t> parse_token_ids(const std::string& list) {
 }
 
 int mtp_logits(const std::vector<std::string>& argv) {
-  const Args args(argv, {"model", "tokens", "layer", "chunk", "out"}, {"help"});
+  const Args args(argv, {"model", "tokens", "layer", "chunk", "out", "device", "precision"}, {"help"});
   if (args.has("help")) {
     std::fputs(kMtpHelp, stdout);
     return 0;
@@ -194,14 +196,16 @@ int mtp_logits(const std::vector<std::string>& argv) {
   const int64_t layer = args.integer("layer", 0);
   const int64_t n = static_cast<int64_t>(tokens.size()) - 1;  // MTP positions
   const int64_t chunk = positive_integer(args, "chunk", n);
-  const std::unique_ptr<model::Model> m = model::open_checkpoint(dir);
+  const model::Device device = model::parse_device(args.str("device", "cpu"));
+  const model::Precision precision = model::parse_precision(args.str("precision", "bf16"));
+  const std::unique_ptr<model::Model> m = model::open_checkpoint(dir, device, precision);
   if (layer < 0 || layer >= m->mtp_layers())
     fail("option --layer: the checkpoint in '", dir, "' has ", m->mtp_layers(), " MTP layers, asked for layer ", layer,
          m->mtp_layers() ? "" : " (write one with `strata model init --mtp 1`)");
   const int64_t last = m->config().num_hidden_layers - 1;
 
   // The main model's last-layer streams, before the HyperHead, at every position.
-  model::SequenceState state = m->new_sequence();
+  model::SequenceState state = m->new_sequence(nullptr, static_cast<int64_t>(tokens.size()));
   Mat hidden;
   const Mat main_logits = m->forward(tokens, state, true, [&](int64_t l, const Mat& streams) {
     if (l == last) hidden = streams;
@@ -229,6 +233,8 @@ int mtp_logits(const std::vector<std::string>& argv) {
   };
   // "hidden": the MTP's input (so a reference can start there), "main_logits": what the main head makes of it.
   const nlohmann::json doc = {{"source", "strata"},         {"model", dir},
+                              {"device", model::device_name(device)},
+                              {"precision", model::precision_name(precision)},
                               {"tokens", tokens},           {"mtp_layer", layer},
                               {"chunk", chunk},             {"hidden", rows_of(hidden)},
                               {"main_logits", rows_of(main_logits)}, {"mtp_logits", mtp_rows}};

@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -653,6 +654,213 @@ void check_snapshot_guarded(const std::string& name, const Model& cpu, const Mod
   }
 }
 
+// LogitsStage::stream_rows on the device (the last-layer streams the MTP layer drafts from). A 200-token prefill
+// keeps every row's streams in a shuffled order: each must be the very floats the layer observer sees after the
+// last layer of the same step (to the bit), and in fp32 the CPU's within 1e-3 (in bf16 only reported: a near-tie
+// pick that bf16 flips changes a row's streams outright, and in the fixtures 10-20% of the last layer's rows part by
+// more than 1e-2 that way; check_sequence holds the logits to bf16's bar). Then 40 decode steps of three
+// sequences that keep no row's streams, all three, or one (which one alternating: the same graph shape with another
+// row list), replayed from CUDA graphs against the same steps run eagerly: every kept stream and logits row to the
+// bit, and steps that keep streams must replay too (the stream rows are part of a recording's shape).
+void check_stream_rows(const std::string& name, const std::string& dir, const Bar& bar, const Model& cpu) {
+  const Model eager = load_model(dir, Device::Cuda, bar.precision, CudaSwitches{.graphs = false});
+  const Model graphed = load_model(dir, Device::Cuda, bar.precision);
+  const int64_t vocab = eager.config().vocab_size, last = eager.config().num_hidden_layers - 1;
+  const int64_t width = eager.config().hc_mult * eager.config().hidden_size;
+
+  const int64_t len = 200;
+  const std::vector<int32_t> prompt = prompt_of(len, vocab, 21);
+  model::LogitsStage prefill = all_rows_home(1);
+  for (int64_t i = 0; i < len; ++i) prefill.stream_rows.push_back(i * 37 % len);  // 37 is prime to 200: a shuffle
+  SequenceState so = eager.new_sequence(nullptr, len), sc = cpu.new_sequence();
+  std::vector<SequenceChunk> go_chunks{{prompt, &so, false}}, c_chunks{{prompt, &sc, false}};
+  Mat observed;
+  const model::StepLogits go = eager.run_step(go_chunks, prefill, [&](int64_t l, const Mat& s) {
+    if (l == last) observed = s;
+  });
+  const model::StepLogits co = cpu.run_step(c_chunks, prefill);
+  int64_t observer_differing = 0;
+  std::vector<double> vs_cpu;
+  const bool shaped = go.streams.rows == len && go.streams.cols == width && co.streams.rows == len && observed.rows == len;
+  if (shaped)
+    for (int64_t i = 0; i < len; ++i) {
+      const int64_t r = prefill.stream_rows[static_cast<size_t>(i)];
+      observer_differing += !same_finite_bits(go.streams.row(i), observed.row(r), static_cast<size_t>(width));
+      vs_cpu.push_back(rel_error(go.streams.row(i), co.streams.row(i), width));
+    }
+  const double judged = at_quantile(vs_cpu, bar.quantile);
+
+  const std::vector<int64_t> lens = {5, 131, 300};
+  StatePoolLimits limits;
+  limits.max_sequences = 3;
+  limits.blocks = 3 * eager.blocks_for_tokens(400);
+  StatePool eager_pool(eager, limits), graphed_pool(graphed, limits);
+  std::vector<SequenceState*> a, b;
+  for (size_t q = 0; q < lens.size(); ++q) {
+    a.push_back(eager_pool.acquire());
+    b.push_back(graphed_pool.acquire());
+  }
+  std::vector<int32_t> next(lens.size());
+  int64_t kept_differing = 0, kept_missing = 0, rows_differing = 0, kept_steps = 0, kept_replayed = 0;
+  const int steps = 41;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<SequenceChunk> ca, cb;
+    model::LogitsStage stage;
+    int64_t row = 0;
+    std::vector<int64_t> last_rows;
+    for (size_t q = 0; q < lens.size(); ++q) {
+      const std::vector<int32_t> tokens = step == 0 ? prompt_of(lens[q], vocab, static_cast<int64_t>(q) + 41)
+                                                    : std::vector<int32_t>{next[q]};
+      if (!eager_pool.reserve(*a[q], static_cast<int64_t>(tokens.size())) ||
+          !graphed_pool.reserve(*b[q], static_cast<int64_t>(tokens.size()))) {
+        std::printf("%-10s stream rows: the pool could not reserve token blocks\n", name.c_str());
+        ++failures;
+        return;
+      }
+      ca.push_back({tokens, a[q], false});
+      cb.push_back({tokens, b[q], false});
+      stage.rows.push_back({static_cast<int64_t>(q), true, {}, std::nullopt, nullptr});
+      row += static_cast<int64_t>(tokens.size());
+      last_rows.push_back(row - 1);
+    }
+    // None, all three (last sequence first), or one (the second or the third, alternating).
+    if (step % 3 == 1) stage.stream_rows = {last_rows[2], last_rows[0], last_rows[1]};
+    if (step % 3 == 2) stage.stream_rows = {last_rows[1 + (step / 3) % 2]};
+    const int64_t replayed_before = graphed.steps_replayed();
+    const model::StepLogits oa = eager.run_step(ca, stage), ob = graphed.run_step(cb, stage);
+    const bool replayed = graphed.steps_replayed() > replayed_before;
+    if (!stage.stream_rows.empty() && step > 0) {
+      ++kept_steps;
+      kept_replayed += replayed;
+    }
+    const auto kept = static_cast<int64_t>(stage.stream_rows.size());
+    if (oa.streams.rows != kept || ob.streams.rows != kept || oa.streams.cols != (kept ? width : oa.streams.cols)) {
+      ++kept_missing;
+    } else if (kept > 0) {
+      kept_differing += !same_finite_bits(oa.streams.v.data(), ob.streams.v.data(), oa.streams.v.size());
+    }
+    for (size_t q = 0; q < lens.size(); ++q) {
+      rows_differing += !same_finite_bits(oa.raw.row(static_cast<int64_t>(q)), ob.raw.row(static_cast<int64_t>(q)),
+                                          static_cast<size_t>(vocab));
+      next[q] = argmax(oa.raw.row(static_cast<int64_t>(q)), vocab);
+    }
+  }
+  const bool cpu_ok = bar.precision != Precision::Fp32 || judged <= bar.limit;
+  const bool ok = shaped && observer_differing == 0 && cpu_ok && kept_missing == 0 &&
+                  kept_differing == 0 && rows_differing == 0 && eager.steps_replayed() == 0 && kept_replayed >= 15;
+  failures += !ok;
+  std::printf("%-16s %-4s stream rows: prefill of %lld keeping all (shuffled) %s, %lld/%lld differ from the observer's "
+              "last layer, vs CPU p%.0f %.2e (limit %.0e%s) max %.2e; CUDA graphs vs eager, 40 decode steps keeping "
+              "none/3/1 rows: %lld steps with missing streams, %lld with kept streams and %lld logits rows differing "
+              "in any bit; %lld of %lld steps with stream rows replayed  %s\n",
+              name.c_str(), precision_name(bar.precision), static_cast<long long>(len), shaped ? "shaped" : "MISSHAPED",
+              static_cast<long long>(observer_differing), static_cast<long long>(len), bar.quantile * 100, judged,
+              bar.limit, bar.precision == Precision::Fp32 ? "" : ", reported only", at_quantile(vs_cpu, 1.0),
+              static_cast<long long>(kept_missing),
+              static_cast<long long>(kept_differing), static_cast<long long>(rows_differing),
+              static_cast<long long>(kept_replayed), static_cast<long long>(kept_steps), ok ? "PASS" : "FAIL");
+}
+
+// The MTP draft step (Forward::draft, docs/mtp.md) on the device against the CPU, on a checkpoint with MTP layers
+// (`strata model init --mtp 1`). A 300-token prompt's last-layer streams (kept by stream_rows) are drafted in two
+// chunks of 199 and 100 positions (stream of p with token p + 1; the MTP ring of 128 rows wraps), both backends fed
+// the CPU's streams: the draft logits and output streams then measure the MTP layer alone. Then 8 decode steps
+// following the CPU's greedy tokens, each drafting one position from the step's own kept stream on each backend
+// (the whole chain), the draft row picked greedily on the device too. Bars as check_sequence's: every draft logits
+// row (fp32) or 95% of them (bf16) within the limit, greedy draft tokens agreeing as decode tokens must.
+void check_mtp_draft(const std::string& name, const Bar& bar, const Model& cpu, const Model& gpu) {
+  const int64_t vocab = gpu.config().vocab_size, len = 300, steps = 8;
+  const int64_t width = gpu.config().hc_mult * gpu.config().hidden_size;
+  const std::vector<int32_t> prompt = prompt_of(len, vocab, 31);
+  SequenceState sc = cpu.new_sequence(), sg = gpu.new_sequence(nullptr, len + steps + 1);
+  model::LogitsStage prefill = all_rows_home(1);
+  for (int64_t r = 0; r < len; ++r) prefill.stream_rows.push_back(r);
+  std::vector<SequenceChunk> cc{{prompt, &sc, false}}, gc{{prompt, &sg, false}};
+  const model::StepLogits mc = cpu.run_step(cc, prefill), mg = gpu.run_step(gc, prefill);
+  if (mc.streams.rows != len || mg.streams.rows != len) {
+    ++failures;
+    std::printf("%-16s %-4s MTP draft: the prefill kept %lld (CPU) and %lld (GPU) stream rows of %lld  FAIL\n",
+                name.c_str(), precision_name(bar.precision), static_cast<long long>(mc.streams.rows),
+                static_cast<long long>(mg.streams.rows), static_cast<long long>(len));
+    return;
+  }
+  auto one_chunk = [](const Mat& streams, int64_t from, int64_t count, std::vector<int32_t> tokens,
+                      SequenceState& state, bool all_logits) {
+    std::vector<model::DraftChunk> chunks(1);
+    chunks[0].streams = Mat(count, streams.cols);
+    std::copy(streams.row(from), streams.row(from) + count * streams.cols, chunks[0].streams.v.begin());
+    chunks[0].tokens = std::move(tokens);
+    chunks[0].state = &state;
+    chunks[0].all_logits = all_logits;
+    return chunks;
+  };
+  std::vector<double> logits_err, stream_err;
+  int64_t drafted = 0, agree = 0, device_pick_off = 0;
+  for (const auto& [from, count] : {std::pair<int64_t, int64_t>{0, 199}, std::pair<int64_t, int64_t>{199, len - 1 - 199}}) {
+    const std::vector<int32_t> tokens(prompt.begin() + from + 1, prompt.begin() + from + 1 + count);
+    auto dc_chunks = one_chunk(mc.streams, from, count, tokens, sc, true);
+    auto dg_chunks = one_chunk(mc.streams, from, count, tokens, sg, true);
+    const model::DraftOutput dc = cpu.run_draft(dc_chunks, all_rows_home(count), 0);
+    const model::DraftOutput dg = gpu.run_draft(dg_chunks, all_rows_home(count), 0);
+    for (int64_t r = 0; r < count; ++r) {
+      logits_err.push_back(rel_error(dg.logits.raw.row(r), dc.logits.raw.row(r), vocab));
+      stream_err.push_back(rel_error(dg.streams.row(r), dc.streams.row(r), width));
+      agree += argmax(dg.logits.raw.row(r), vocab) == argmax(dc.logits.raw.row(r), vocab);
+      ++drafted;
+    }
+  }
+  // Decode: position len - 1 onward. Each step drafts the position whose streams the last main step kept, with
+  // the token the CPU picks there, then runs that token through the main model keeping its stream.
+  Mat hc(1, width), hg(1, width);
+  std::copy(mc.streams.row(len - 1), mc.streams.row(len - 1) + width, hc.v.begin());
+  std::copy(mg.streams.row(len - 1), mg.streams.row(len - 1) + width, hg.v.begin());
+  int32_t next = argmax(mc.raw.row(0), vocab);
+  model::LogitsStage pick_stage;
+  pick_stage.rows.push_back({0, true, {}, model::TokenPick{}, nullptr});
+  for (int64_t s = 0; s < steps; ++s) {
+    auto dc_chunks = one_chunk(hc, 0, 1, {next}, sc, false);
+    auto dg_chunks = one_chunk(hg, 0, 1, {next}, sg, false);
+    const model::DraftOutput dc = cpu.run_draft(dc_chunks, pick_stage, 0);
+    const model::DraftOutput dg = gpu.run_draft(dg_chunks, pick_stage, 0);
+    logits_err.push_back(rel_error(dg.logits.raw.row(0), dc.logits.raw.row(0), vocab));
+    stream_err.push_back(rel_error(dg.streams.row(0), dc.streams.row(0), width));
+    agree += dg.logits.picks[0] == dc.logits.picks[0];
+    device_pick_off += dg.logits.picks[0] != argmax(dg.logits.raw.row(0), vocab);
+    ++drafted;
+    model::LogitsStage main_stage = all_rows_home(1);
+    main_stage.stream_rows = {0};
+    std::vector<SequenceChunk> c1{{{next}, &sc, false}}, g1{{{next}, &sg, false}};
+    const model::StepLogits oc = cpu.run_step(c1, main_stage), og = gpu.run_step(g1, main_stage);
+    hc = oc.streams;
+    hg = og.streams;
+    next = argmax(oc.raw.row(0), vocab);
+  }
+  const double judged = at_quantile(logits_err, bar.quantile), streams_judged = at_quantile(stream_err, bar.quantile);
+  const int64_t expected_mtp = len - 1 + steps;
+  const bool positions = sc.mtp_tokens.at(0) == expected_mtp && sg.mtp_tokens.at(0) == expected_mtp;
+  const bool ok = judged <= bar.limit && streams_judged <= bar.limit && drafted - agree <= (bar.max_misses * drafted + 31) / 32 &&
+                  device_pick_off == 0 && positions;
+  failures += !ok;
+  std::printf("%-16s %-4s MTP draft vs CPU (%lld positions: 199 + 100 on the CPU's streams, then %lld decode steps on "
+              "each backend's own): logits p%.0f %.2e (limit %.0e) max %.2e, output streams p%.0f %.2e max %.2e, "
+              "greedy drafts %lld/%lld, device picks %lld off their row's argmax, MTP positions %s  %s\n",
+              name.c_str(), precision_name(bar.precision), static_cast<long long>(drafted),
+              static_cast<long long>(steps), bar.quantile * 100, judged, bar.limit, at_quantile(logits_err, 1.0),
+              bar.quantile * 100, streams_judged, at_quantile(stream_err, 1.0), static_cast<long long>(agree),
+              static_cast<long long>(drafted), static_cast<long long>(device_pick_off),
+              positions ? "equal" : "DIFFER", ok ? "PASS" : "FAIL");
+}
+
+// One failing stream-rows or MTP check does not stop the model checks after it.
+void guarded(const std::string& name, const Bar& bar, const char* what, const std::function<void()>& check) {
+  try {
+    check();
+  } catch (const std::exception& e) {
+    ++failures;
+    std::printf("%-16s %-4s %s: error: %s  FAIL\n", name.c_str(), precision_name(bar.precision), what, e.what());
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: strata_gpu_model_check CHECKPOINT_DIR...\n");
@@ -687,6 +895,8 @@ int main(int argc, char** argv) {
         check_rollback_guarded(name, dir, bar);
         check_prefix_cache_guarded(name, gpu);
         check_bounded_replay_guarded(name, bar, cpu, gpu);
+        guarded(name, bar, "stream rows", [&] { check_stream_rows(name, dir, bar, cpu); });
+        if (gpu.mtp_layers() > 0) guarded(name, bar, "MTP draft", [&] { check_mtp_draft(name, bar, cpu, gpu); });
       }
     }
   } catch (const std::exception& e) {

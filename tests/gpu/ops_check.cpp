@@ -112,6 +112,35 @@ void check_rope(int64_t rows, int64_t heads, int64_t stride, int64_t half, bool 
          rel_error(dx.download(), x), 1e-6);
 }
 
+// The MTP layer's input streams (CpuBackend::join_streams: out[r, k·d + j] = per_stream[r·hc + k, j] + shared[r, j])
+// and the rows a step keeps (keep_rows' gather): one float add or copy each, so exact.
+void check_join_and_gather(int64_t rows, int64_t hc, int64_t d) {
+  const auto per_stream = randn(static_cast<size_t>(rows * hc * d)), shared = randn(static_cast<size_t>(rows * d));
+  std::vector<float> want(static_cast<size_t>(rows * hc * d));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < hc; ++k)
+      for (int64_t j = 0; j < d; ++j)
+        want[static_cast<size_t>((r * hc + k) * d + j)] =
+            per_stream[static_cast<size_t>((r * hc + k) * d + j)] + shared[static_cast<size_t>(r * d + j)];
+  DeviceBuffer<float> dp(per_stream), ds(shared), dout(want.size());
+  dout.fill_bytes(0xff);
+  strata::cuda::join_streams(dp.data(), ds.data(), dout.data(), rows, hc, d, nullptr);
+  const std::string shape = std::to_string(rows) + "x" + std::to_string(hc) + "x" + std::to_string(d);
+  report("join_streams", shape, rel_error(dout.download(), want), 0);
+  // Rows in a shuffled order, one twice.
+  std::vector<int32_t> picked;
+  for (int64_t i = 0; i < rows; ++i) picked.push_back(static_cast<int32_t>((i * 7 + 3) % rows));
+  picked.push_back(picked.front());
+  std::vector<float> gathered_want;
+  for (int32_t r : picked)
+    gathered_want.insert(gathered_want.end(), want.begin() + r * hc * d, want.begin() + (r + 1) * hc * d);
+  DeviceBuffer<int32_t> drows(picked);
+  DeviceBuffer<float> dg(gathered_want.size());
+  dg.fill_bytes(0xff);
+  strata::cuda::gather_rows(dout.data(), hc * d, drows.data(), static_cast<int64_t>(picked.size()), dg.data(), nullptr);
+  report("gather_rows", shape + " rows " + std::to_string(picked.size()), rel_error(dg.download(), gathered_want), 0);
+}
+
 void check_attention(int64_t rows, int64_t heads, int64_t hd, int64_t pool, int64_t max_keys) {
   const auto q = randn(static_cast<size_t>(rows * heads * hd), 0.2f), keys = randn(static_cast<size_t>(pool * hd));
   const auto sinks = randn(static_cast<size_t>(heads));
@@ -976,6 +1005,8 @@ int main() {
     check_rope(19, 8, 512, 32, false);
     check_rope(19, 8, 512, 32, true);
     check_rope(3, 64, 128, 32, false);
+    check_join_and_gather(7, 4, 4096);  // V4-Flash's hc and hidden
+    check_join_and_gather(300, 4, 64);  // the tiny preset's, a prefill's rows
     check_attention(7, 16, 512, 300, 200);
     check_attention(33, 4, 512, 1000, 640);
     check_attention(2, 64, 128, 50, 16);

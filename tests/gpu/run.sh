@@ -19,8 +19,29 @@ ninja -C build-gpu strata strata_gpu_checks strata_gpu_model_check > "$out/gpu_b
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 status=0
 { bash scripts/provenance.sh; ./build-gpu/strata_gpu_checks; } | tee "$out/gpu_checks.txt" || status=1
-rm -rf /tmp/strata-gpu-tiny
+rm -rf /tmp/strata-gpu-tiny /tmp/strata-gpu-tiny-mtp
 ./build-gpu/strata model init --preset tiny --dtype bf16 --seed 7 --out /tmp/strata-gpu-tiny > /dev/null
-{ bash scripts/provenance.sh; ./build-gpu/strata_gpu_model_check tests/fixtures/a_hc4 tests/fixtures/c_short /tmp/strata-gpu-tiny; } \
-  | tee "$out/gpu_model_check.txt" || status=1
+# With an MTP layer (docs/mtp.md): the model check adds the CUDA draft step against the CPU's on it.
+./build-gpu/strata model init --preset tiny --dtype bf16 --mtp 1 --seed 3 --out /tmp/strata-gpu-tiny-mtp > /dev/null
+{ bash scripts/provenance.sh; ./build-gpu/strata_gpu_model_check tests/fixtures/a_hc4 tests/fixtures/c_short /tmp/strata-gpu-tiny \
+    /tmp/strata-gpu-tiny-mtp; } | tee "$out/gpu_model_check.txt" || status=1
+# The MTP layer against PyTorch (tests/gpu/mtp_reference.py, DeepSeek's MTPBlock written independently): Strata's
+# CPU and CUDA (fp32) draft logits of 10 tokens in one step, and of 200 tokens in chunks of 64 (the MTP ring of 128
+# rows wraps), each recomputed in fp32 torch from the dumped main-model streams.
+mtp_tokens=5,17,300,2,9,41,77,128,3,260
+long_tokens=$(python3 -c 'print(",".join(str((i * 7919 + 17) % 512) for i in range(200)))')
+{
+  bash scripts/provenance.sh
+  for device in cpu cuda; do
+    for case in "short:$mtp_tokens:9" "long:$long_tokens:64"; do
+      IFS=: read -r label tokens chunk <<< "$case"
+      echo "== mtp_reference: $label tokens, strata --device $device --precision fp32 --chunk $chunk"
+      ./build-gpu/strata model mtp-logits --model /tmp/strata-gpu-tiny-mtp --tokens "$tokens" --chunk "$chunk" \
+        --device "$device" --precision fp32 --out "$out/strata_mtp_${label}_$device.json" \
+        && python3 tests/gpu/mtp_reference.py --model /tmp/strata-gpu-tiny-mtp --strata "$out/strata_mtp_${label}_$device.json" \
+          --out "$out/torch_mtp_${label}_$device.json" 2>&1 || echo "FAIL: mtp_reference $label $device"
+    done
+  done
+} 2>&1 | tee "$out/gpu_mtp_reference.txt"
+grep -q "^FAIL" "$out/gpu_mtp_reference.txt" && status=1
 exit $status

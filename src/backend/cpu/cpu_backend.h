@@ -31,9 +31,9 @@ class CpuBackend {
   void begin_step(const model::v4::Step& step);
   void end_step(const model::v4::Step&) {}
   // Recordings of steps (CUDA graphs) are a GPU matter: the CPU runs every step's body.
-  bool replay_step(Mat&) { return false; }
+  bool replay_step(Mat&, Mat&) { return false; }
   void begin_recording(bool) {}
-  void end_recording(const Mat&) {}
+  void end_recording(const Mat&, const Mat&) {}
   void begin_layer() {}
   void end_layer() {}
   Mat to_host(const Mat& x) const { return x; }
@@ -47,6 +47,8 @@ class CpuBackend {
       std::copy(x.row(rows[i]), x.row(rows[i]) + x.cols, m.row(static_cast<int64_t>(i)));
     return m;
   }
+  // The listed rows of x kept past the layers (the streams the MTP layer drafts from); they come home later.
+  Mat keep_rows(const Mat& x, const std::vector<int64_t>& rows) const { return rows_to_host(x, rows); }
   // The sampling stage's processors, masks and picks on the listed rows (backend/cpu/sampling.h has their meaning).
   void apply_penalties(Mat& x, const std::vector<int64_t>& rows,
                        const std::vector<const model::RowPenalties*>& penalties) const {

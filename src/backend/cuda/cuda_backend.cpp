@@ -77,7 +77,8 @@ void CudaBackend::begin_step(const Step& step) {
   // The shape of a decode step (every chunk one token, only its logits): what its recording depends on.
   bool decode = true;
   for (int64_t c = 0; c < chunks; ++c) decode = decode && r.count[c] == 1 && !(*step.chunks)[static_cast<size_t>(c)].all_logits;
-  std::vector<int64_t> shape{n};
+  // The stream rows it keeps are part of it: the recording gathers them (keep_rows) from the row list uploaded here.
+  std::vector<int64_t> shape{n, static_cast<int64_t>(step.stream_rows.size())};
 
   UploadPack pack;
   auto ints = [](const std::vector<int64_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); };
@@ -97,12 +98,16 @@ void CudaBackend::begin_step(const Step& step) {
   // The rows whose logits the step computes (Forward::run asks hyper_head for them).
   wanted_ = &r.logits_rows;
   const size_t at_wanted = pack.add(std::vector<int32_t>(r.logits_rows.begin(), r.logits_rows.end()));
+  kept_ = &step.stream_rows;
+  const size_t at_kept = pack.add(std::vector<int32_t>(step.stream_rows.begin(), step.stream_rows.end()));
 
   // Token blocks: each chunk's block table (Forward::run made sure it holds this step's), padded to a bound,
   // uploaded once; every compressor's entries sit at its own offset in those blocks
   // (state_layout.h), so each gets an entry table over the same block ids. Windows that close this step, per rate,
-  // padded to the most that can close (⌈count / rate⌉ per chunk) with (-1, 0) pairs.
-  tables_.assign(static_cast<size_t>(cfg_.num_hidden_layers * 2), EntryTable{});
+  // padded to the most that can close (⌈count / rate⌉ per chunk) with (-1, 0) pairs. The layers are the layout's:
+  // the model's, or the one window-only layer of an MTP view, whose states have no block pool (no entries).
+  const int64_t layers = static_cast<int64_t>(layout_.layers.size());
+  tables_.assign(static_cast<size_t>(layers * 2), EntryTable{});
   std::map<int64_t, size_t> work_at;
   BlockPool* pool = step.state(0).pool;
   int64_t max_blocks = 1;
@@ -116,11 +121,12 @@ void CudaBackend::begin_step(const Step& step) {
   for (int64_t c = 0; c < chunks; ++c)
     std::copy(step.state(c).blocks.begin(), step.state(c).blocks.end(), block_table.begin() + c * max_blocks);
   const size_t blocks_at = pack.add(block_table);
-  shape.insert(shape.end(), {reinterpret_cast<intptr_t>(pool->base()), max_blocks});
-  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l)
+  shape.insert(shape.end(), {pool ? reinterpret_cast<intptr_t>(pool->base()) : 0, max_blocks});
+  for (int64_t l = 0; l < layers; ++l)
     for (CompressorSlot slot : {CompressorSlot::Attention, CompressorSlot::Indexer}) {
       const CompressorLayout& cl = layout_.layers[static_cast<size_t>(l)].of(slot == CompressorSlot::Indexer);
       if (!cl) continue;
+      if (!pool) fail("CUDA forward: sequence 0 has compressed entries in its layout but no block pool");
       EntryTable& t = tables_[static_cast<size_t>(l * 2 + (slot == CompressorSlot::Indexer))];
       t.arena = pool->base() + cl.block_offset;
       t.max_pages = max_blocks;
@@ -167,20 +173,22 @@ void CudaBackend::begin_step(const Step& step) {
   }
   state_ = reinterpret_cast<float* const*>(at(at_state));
   wanted_device_ = reinterpret_cast<const int32_t*>(at(at_wanted));
+  kept_device_ = reinterpret_cast<const int32_t*>(at(at_kept));
   for (EntryTable& t : tables_)
     if (t.arena) t.pages = reinterpret_cast<const int32_t*>(at(blocks_at));
   for (auto& [rate, w] : work_) w.first = reinterpret_cast<const int32_t*>(at(work_at.at(rate)));
-  routed_active_ = scratch_.alloc<int32_t>(cfg_.num_hidden_layers);
+  routed_active_ = scratch_.alloc<int32_t>(std::max<int64_t>(1, layers));
 
   if (decode && graphs_ && graphs_->enabled() && !(clock_ && clock_->on())) graph_ = &graphs_->entry(shape);
 }
 
-bool CudaBackend::replay_step(Tensor& logits) {
+bool CudaBackend::replay_step(Tensor& logits, Tensor& kept) {
   if (!graph_ || !graph_->exec) return false;
   STRATA_CUDA_CHECK(cudaGraphLaunch(graph_->exec, stream_));
   scratch_.release(graph_->after);
   routed_experts_ = graph_->routed;
   logits = {graph_->logits, graph_->logits_rows, graph_->logits_cols};
+  kept = {graph_->kept, graph_->kept_rows, graph_->kept_cols};
   graphs_->count_replay();
   return true;
 }
@@ -204,7 +212,7 @@ void CudaBackend::not_recordable(const char* why) {
   if (capturing_) fail("CUDA graphs: a recorded decode step took a path that cannot be recorded (", why, ")");
 }
 
-void CudaBackend::end_recording(const Tensor& logits) {
+void CudaBackend::end_recording(const Tensor& logits, const Tensor& kept) {
   if (!graph_) return;
   if (!capturing_) {
     graph_->recordable = graph_->recordable && body_recordable_;
@@ -222,6 +230,9 @@ void CudaBackend::end_recording(const Tensor& logits) {
   graph_->logits = logits.data;
   graph_->logits_rows = logits.rows;
   graph_->logits_cols = logits.cols;
+  graph_->kept = kept.data;
+  graph_->kept_rows = kept.rows;
+  graph_->kept_cols = kept.cols;
   graph_->routed = routed_experts_;
   // Captured, not run: this step runs the recording now.
   STRATA_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
@@ -254,6 +265,17 @@ Mat CudaBackend::to_host(const Tensor& x) {
   STRATA_CUDA_CHECK(cudaMemcpyAsync(m.v.data(), x.data, m.v.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return m;
+}
+
+CudaBackend::Tensor CudaBackend::from_host(const Mat& host) {
+  const OpClock::Scope timed_op_(clock_, "from_host", rows_.rows, stream_);
+  not_recordable("from_host");
+  Tensor x = tensor(host.rows, host.cols);
+  // From pageable memory the copy is staged before the call returns, so `host` may go away after it.
+  if (!host.v.empty())
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(x.data, host.v.data(), host.v.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                      stream_));
+  return x;
 }
 
 bool CudaBackend::computing() const {

@@ -106,7 +106,9 @@ class CudaBackend {
     int64_t rows = 0, k = 0;
   };
 
-  // `layout`: where each sequence's rings are in its fixed block, and its entries in token blocks (state_layout.h).
+  // `layout`: where each sequence's rings are in its fixed block, and its entries in token blocks (state_layout.h);
+  // for an MTP draft step, mtp_view_layout's one-layer view of the MTP layer's ring (its states have no token
+  // blocks: the layer is window-only).
   CudaBackend(const DeviceWeights& weights, Gemm& gemm, Scratch& scratch, const model::StateLayout& layout,
               const model::ModelConfig& cfg, const std::vector<const model::v4::RopeTable*>& ropes, cudaStream_t stream,
               OpClock* clock = nullptr);
@@ -120,11 +122,12 @@ class CudaBackend {
   void end_step(const model::v4::Step& step);
   // Decode steps as CUDA graphs (step_graphs.h); `graphs` null or disabled: every step runs eagerly. Forward::run
   // asks replay_step first; when it answers false, the body runs between begin_recording and end_recording, which
-  // capture it when this shape has run before.
+  // capture it when this shape has run before. `kept`: the body's keep_rows result (empty when the step keeps no
+  // stream rows), recorded with the logits so that a replayed step gives it too.
   void set_graphs(StepGraphs* graphs) { graphs_ = graphs; }
-  bool replay_step(Tensor& logits);
+  bool replay_step(Tensor& logits, Tensor& kept);
   void begin_recording(bool observed);
-  void end_recording(const Tensor& logits);
+  void end_recording(const Tensor& logits, const Tensor& kept);
   void begin_layer() {
     layer_mark_ = scratch_.mark();
     converted_.clear();
@@ -134,6 +137,8 @@ class CudaBackend {
     converted_.clear();
   }
   Mat to_host(const Tensor& x);
+  // Host rows [rows, cols] into a new tensor (an MTP draft's input streams).
+  Tensor from_host(const Mat& host);
   // Whether the device is still running what the step queued on its stream (a step's late masks, built on the CPU
   // after the forward was queued, were then hidden behind it).
   bool computing() const;
@@ -149,6 +154,9 @@ class CudaBackend {
   // uploads may still be on their way then.
   void set_mask_staging(HostStaging* staging) { mask_staging_ = staging; }
   Mat rows_to_host(const Tensor& x, const std::vector<int64_t>& rows);
+  // The listed rows of x gathered on the device into a new tensor (the step's stream rows, kept past the layers for
+  // the MTP layer): a kernel reading the row list begin_step uploaded, so a recorded step keeps them too.
+  Tensor keep_rows(const Tensor& x, const std::vector<int64_t>& rows);
   // The sampling stage's logit processors, applied to the listed rows in place (sampling.cu).
   void apply_penalties(Tensor& x, const std::vector<int64_t>& rows,
                        const std::vector<const model::RowPenalties*>& penalties);
@@ -178,6 +186,12 @@ class CudaBackend {
   void hc_post(const Mix& mix, const Tensor& block_out, Tensor& streams);
   Tensor hyper_head(const model::v4::ModelWeights& w, const Tensor& streams, const std::vector<int64_t>& rows,
                     const model::ModelConfig& cfg);
+  // The same with given head weights (an MTP layer's own hc_head_*).
+  Tensor hyper_head(const std::vector<float>& fn, const std::vector<float>& base, const std::vector<float>& scale,
+                    const Tensor& streams, const std::vector<int64_t>& rows, const model::ModelConfig& cfg);
+  // out[r, k·d + j] = per_stream[r·hc + k, j] + shared[r, j]: the MTP layer's input streams (h_proj of each stream
+  // plus e_proj of the token, added to every stream).
+  Tensor join_streams(const Tensor& per_stream, const Tensor& shared, int64_t hc);
 
   // The compressor, the Lightning Indexer, attention: compressor.cpp, indexer.cpp, attention.cpp.
   void compress(const model::v4::CompressorWeights& w, const Tensor& kv, const Tensor& gate,
@@ -260,6 +274,8 @@ class CudaBackend {
   HostStaging* mask_staging_ = nullptr;
   const std::vector<int64_t>* wanted_ = nullptr;  // the step's logits rows (StepRows), and their device copy
   const int32_t* wanted_device_ = nullptr;
+  const std::vector<int64_t>* kept_ = nullptr;  // the step's stream rows (Step::stream_rows), and their device copy
+  const int32_t* kept_device_ = nullptr;
   StepGraphs* graphs_ = nullptr;
   StepGraphs::Entry* graph_ = nullptr;   // this decode step's shape, or null
   bool capturing_ = false;

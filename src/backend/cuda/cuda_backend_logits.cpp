@@ -4,8 +4,8 @@
 #include <span>
 
 #include "backend/cpu/sampling.h"
-#include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_backend_op.h"
+#include "backend/cuda/linear.h"
 #include "backend/cuda/sampling.h"
 #include "core/error.h"
 
@@ -29,6 +29,19 @@ Mat CudaBackend::rows_to_host(const Tensor& x, const std::vector<int64_t>& rows)
   STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (staging_) std::memcpy(m.v.data(), dst, row_bytes * rows.size());
   return m;
+}
+
+CudaBackend::Tensor CudaBackend::keep_rows(const Tensor& x, const std::vector<int64_t>& rows) {
+  const OpClock::Scope timed_op_(clock_, "keep_rows", rows_.rows, stream_);
+  Tensor out = tensor(static_cast<int64_t>(rows.size()), x.cols);
+  // begin_step uploaded the step's stream rows; another list (no caller today) goes up here, unrecorded.
+  const int32_t* index = kept_device_;
+  if (!kept_ || rows != *kept_) {
+    not_recordable("keep_rows rows");
+    index = upload(std::vector<int32_t>(rows.begin(), rows.end()));
+  }
+  gather_rows(x.data, x.cols, index, out.rows, out.data, stream_);
+  return out;
 }
 
 void CudaBackend::apply_penalties(Tensor& x, const std::vector<int64_t>& rows,

@@ -44,6 +44,19 @@ class CudaRunner : public ForwardRunner {
     routed_ = backend.routed_experts();
     return out;
   }
+  // An MTP draft step (forward.h's Forward::draft): the backend sees the states through the MTP layer's one-layer
+  // view of their fixed blocks (mtp_view_layout), so the layer ops read and write the MTP ring. Run eagerly: a
+  // draft's input streams come from the host (from_host), which a recording cannot hold.
+  DraftOutput run_draft(std::vector<DraftChunk>& chunks, const LogitsStage& stage, int64_t mtp_layer) override {
+    const StateLayout& view = p_.mtp_views.at(static_cast<size_t>(mtp_layer));
+    cuda::CudaBackend backend(weights_, gemm_, scratch_, view, p_.cfg, {&p_.rope_main, &p_.rope_compress}, stream_,
+                              &clock_);
+    backend.set_host_staging(&staging_);
+    backend.set_upload_staging(&upload_staging_);
+    backend.set_mask_staging(&mask_staging_);
+    return Forward<cuda::CudaBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend)
+        .draft(chunks, mtp_layer, view, stage);
+  }
   std::vector<int64_t> routed_experts_last_forward() const override { return routed_; }
   int64_t steps_replayed() const override { return graphs_.replays(); }
 

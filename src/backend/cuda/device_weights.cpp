@@ -33,7 +33,7 @@ DeviceWeights::DeviceWeights(const ModelWeights& w, GemmType type, const std::ve
     add(e.w2, fp8);
     add(e.w3, fp8);
   };
-  for (const LayerWeights& l : w.layers) {
+  auto add_layer = [&](const LayerWeights& l) {
     for (const HyperConnectionWeights* h : {&l.hc_attn, &l.hc_ffn})
       for (const auto* v : {&h->fn, &h->base, &h->scale}) add(*v);
     add(l.attn_norm);
@@ -70,9 +70,21 @@ DeviceWeights::DeviceWeights(const ModelWeights& w, GemmType type, const std::ve
       ints_[l.ffn.tid2eid.data()] = d;
       bytes_ += static_cast<int64_t>(bytes);
     }
+  };
+  // The MTP layers (docs/mtp.md): their own input projections, norms and head collapse, and a layer like the main
+  // ones. The embedding and the vocabulary head are the main model's.
+  std::vector<const LayerWeights*> all_layers;
+  for (const LayerWeights& l : w.layers) all_layers.push_back(&l);
+  for (const MtpWeights& m : w.mtp) {
+    add(m.e_proj);
+    add(m.h_proj);
+    for (const auto* v : {&m.enorm, &m.hnorm, &m.norm, &m.hc_head_fn, &m.hc_head_base, &m.hc_head_scale}) add(*v);
+    all_layers.push_back(&m.block);
   }
+  for (const LayerWeights* l : all_layers) add_layer(*l);
   for (const std::vector<float>* v : extra) add(*v);
-  for (const LayerWeights& l : w.layers) {
+  for (const LayerWeights* layer : all_layers) {
+    const LayerWeights& l = *layer;
     const std::vector<ExpertWeights>& ex = l.ffn.experts;
     if (ex.empty() || expert_tables_.count(ex.data())) continue;
     ExpertTables t;

@@ -24,6 +24,13 @@ __global__ void embed_kernel(const T* table, const int32_t* tokens, float* out, 
   }
 }
 
+__global__ void gather_rows_kernel(const float* x, int64_t cols, const int32_t* rows, float* out) {
+  const int64_t i = blockIdx.x;
+  const float* src = x + static_cast<int64_t>(rows[i]) * cols;
+  for (int64_t c = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols; c += gridDim.y * blockDim.x)
+    out[i * cols + c] = src[c];
+}
+
 }  // namespace
 
 void to_gemm_input(const float* x, void* y, int64_t n, GemmType type, cudaStream_t stream) {
@@ -44,6 +51,12 @@ void embed(const void* table, GemmType type, const int32_t* tokens, float* out, 
   else
     embed_kernel<<<dim3(static_cast<unsigned>(rows), blocks_for(d)), kThreads, 0, stream>>>(
         static_cast<const float*>(table), tokens, out, d, copies);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+void gather_rows(const float* x, int64_t cols, const int32_t* rows, int64_t count, float* out, cudaStream_t stream) {
+  if (count == 0) return;
+  gather_rows_kernel<<<dim3(static_cast<unsigned>(count), blocks_for(cols)), kThreads, 0, stream>>>(x, cols, rows, out);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 

@@ -14,5 +14,7 @@ void to_gemm_input(const float* x, void* y, int64_t n, GemmType type, cudaStream
 // out[r, h·d + c] = table[tokens[r], c] for h < copies; the table's elements are of `type`.
 void embed(const void* table, GemmType type, const int32_t* tokens, float* out, int64_t rows, int64_t d,
            int64_t copies, cudaStream_t stream);
+// out[i, c] = x[rows[i], c] for i < count: rows of activations gathered (the stream rows a step keeps).
+void gather_rows(const float* x, int64_t cols, const int32_t* rows, int64_t count, float* out, cudaStream_t stream);
 
 }  // namespace strata::cuda

@@ -2,6 +2,7 @@
 #include "backend/cuda/cuda_backend_op.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/mhc.h"
+#include "core/error.h"
 
 namespace strata::cuda {
 
@@ -37,6 +38,12 @@ void CudaBackend::hc_post(const Mix& mix, const Tensor& block_out, Tensor& strea
 
 CudaBackend::Tensor CudaBackend::hyper_head(const ModelWeights& w, const Tensor& streams,
                                             const std::vector<int64_t>& rows, const ModelConfig& cfg) {
+  return hyper_head(w.hc_head_fn, w.hc_head_base, w.hc_head_scale, streams, rows, cfg);
+}
+
+CudaBackend::Tensor CudaBackend::hyper_head(const std::vector<float>& fn, const std::vector<float>& base,
+                                            const std::vector<float>& scale, const Tensor& streams,
+                                            const std::vector<int64_t>& rows, const ModelConfig& cfg) {
   STRATA_TIMED_OP("hyper_head");
   const int64_t d = cfg.hidden_size;
   Tensor y = tensor(static_cast<int64_t>(rows.size()), d);
@@ -46,11 +53,22 @@ CudaBackend::Tensor CudaBackend::hyper_head(const ModelWeights& w, const Tensor&
     not_recordable("hyper_head rows");
     index = upload(std::vector<int32_t>(rows.begin(), rows.end()));
   }
-  cuda::hyper_head(streams.data, index, weights_.vec(w.hc_head_fn), weights_.vec(w.hc_head_base),
-                   weights_.vec(w.hc_head_scale), y.data, y.rows, cfg.hc_mult, d,
+  cuda::hyper_head(streams.data, index, weights_.vec(fn), weights_.vec(base), weights_.vec(scale), y.data, y.rows,
+                   cfg.hc_mult, d,
                    static_cast<float>(cfg.rms_norm_eps), static_cast<float>(cfg.hc_eps),
                    scratch_.alloc<float>(mix_partial_floats(y.rows, cfg.hc_mult, cfg.hc_mult * d)), stream_);
   return y;
+}
+
+CudaBackend::Tensor CudaBackend::join_streams(const Tensor& per_stream, const Tensor& shared, int64_t hc) {
+  STRATA_TIMED_OP("join_streams");
+  const int64_t d = shared.cols;
+  if (per_stream.rows != shared.rows * hc || per_stream.cols != d)
+    fail("join_streams: ", per_stream.rows, " × ", per_stream.cols, " stream rows for ", shared.rows, " × ", d,
+         " shared rows and ", hc, " streams");
+  Tensor out = tensor(shared.rows, hc * d);
+  cuda::join_streams(per_stream.data, shared.data, out.data, shared.rows, hc, d, stream_);
+  return out;
 }
 
 }  // namespace strata::cuda

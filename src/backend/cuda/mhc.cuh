@@ -183,6 +183,14 @@ __global__ void hyper_head_kernel(const float* partial, int64_t splits, const fl
   if (threadIdx.x < hc) pre_out[blockIdx.x * hc + threadIdx.x] = sigmoidf(pre[threadIdx.x] * scale[0] + base[threadIdx.x]) + hc_eps;
 }
 
+// One block row per output row and stream (blockIdx.x = r·hc + k), threads over d: out's row r, stream k is
+// per_stream's row r·hc + k, so both are the same flat index.
+__global__ void join_streams_kernel(const float* per_stream, const float* shared, float* out, int64_t hc, int64_t d) {
+  const int64_t rk = blockIdx.x, r = rk / hc;
+  for (int64_t j = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < d; j += gridDim.y * blockDim.x)
+    out[rk * d + j] = per_stream[rk * d + j] + shared[r * d + j];
+}
+
 }  // namespace
 
 // The partial sums, then each row's hc pre weights after them.
@@ -235,6 +243,14 @@ void hyper_head(const float* streams, const int32_t* rows, const float* fn, cons
   STRATA_CUDA_CHECK_LAUNCH();
   hc_collapse_kernel<<<dim3(static_cast<unsigned>(n), blocks_for(d)), kThreads, 0, stream>>>(streams, rows, pre, y, hc,
                                                                                            d);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+void join_streams(const float* per_stream, const float* shared, float* out, int64_t rows, int64_t hc, int64_t d,
+                  cudaStream_t stream) {
+  if (rows == 0) return;
+  join_streams_kernel<<<dim3(static_cast<unsigned>(rows * hc), blocks_for(d)), kThreads, 0, stream>>>(per_stream, shared,
+                                                                                                   out, hc, d);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 

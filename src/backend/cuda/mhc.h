@@ -25,5 +25,9 @@ void hc_post(const float* mix, const float* block_out, float* streams, int64_t r
 void hyper_head(const float* streams, const int32_t* rows, const float* fn, const float* base, const float* scale,
                 float* y, int64_t n, int64_t hc, int64_t d, float norm_eps, float hc_eps, float* partial,
                 cudaStream_t stream);
+// The MTP layer's input streams (docs/mtp.md): out[r, k·d + j] = per_stream[r·hc + k, j] + shared[r, j] for `rows`
+// rows (per_stream [rows·hc, d], shared [rows, d], out [rows, hc·d]).
+void join_streams(const float* per_stream, const float* shared, float* out, int64_t rows, int64_t hc, int64_t d,
+                  cudaStream_t stream);
 
 }  // namespace strata::cuda

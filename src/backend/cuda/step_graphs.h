@@ -1,8 +1,9 @@
 #pragma once
 // Decode steps as CUDA graphs. A decode step (every sequence adds one token) is a few hundred small kernels whose
-// arguments depend only on the step's shape: the number of rows, and bounds that CudaBackend::begin_step rounds up
-// (most entries any sequence has, page-table width, windows that may close) so that they change every few hundred
-// tokens, not every step. Everything that does change per step (positions, tokens, page lists, which windows close)
+// arguments depend only on the step's shape: the number of rows, how many of them keep their last-layer streams
+// (LogitsStage::stream_rows: the recording gathers them from a row list begin_step uploads), and bounds that
+// CudaBackend::begin_step rounds up (most entries any sequence has, page-table width, windows that may close) so
+// that they change every few hundred tokens, not every step. Everything that does change per step (positions, tokens, page lists, which windows close)
 // is uploaded by begin_step into the same scratch addresses before the body runs. So a step whose shape was seen
 // before replays the kernels recorded for it: one launch instead of hundreds, no gaps between them on the GPU.
 //
@@ -35,6 +36,8 @@ class StepGraphs {
     Scratch::Mark after;      // the scratch in use when the body ended: the logits and what the step keeps
     float* logits = nullptr;  // the body's result, at a fixed address
     int64_t logits_rows = 0, logits_cols = 0;
+    float* kept = nullptr;    // the body's kept stream rows (keep_rows), at a fixed address; null: none
+    int64_t kept_rows = 0, kept_cols = 0;
     std::vector<int64_t> routed;  // CudaBackend's per-layer expert bookkeeping of the body
   };
   // The entry of a step shape (made on first sight). Shapes beyond kMaxEntries drop every recording first: a

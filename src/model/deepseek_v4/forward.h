@@ -47,7 +47,7 @@ class Forward {
   // computes; then the step's sampling stage on those rows (model/logits_stage.h): raw rows home, penalties, picks.
   StepLogits run(std::vector<SequenceChunk>& chunks, const LogitsStage& stage, const LayerObserver& observe) {
     if (chunks.empty()) return {};
-    Step step{make_step_rows(cfg_, chunks), &chunks};
+    Step step{make_step_rows(cfg_, chunks), &chunks, stage.stream_rows};
     check_stage(stage, static_cast<int64_t>(step.rows.logits_rows.size()), cfg_.vocab_size);
     for (int64_t r : stage.stream_rows)
       if (r < 0 || r >= step.rows.rows())
@@ -58,10 +58,11 @@ class Forward {
         fail("token blocks exhausted: the scheduler must reserve blocks before running a step");
     b_.begin_step(step);
     // A backend that recorded a step of this shape before runs the recording instead of the body (CUDA graphs of
-    // decode steps); otherwise the body runs, and the backend may record it.
+    // decode steps); otherwise the body runs, and the backend may record it. The recording covers the kept streams
+    // too (the stream rows are part of a step's shape), so a replayed step gives them as the body would.
     Tensor logits;
-    Mat kept_streams;  // stage.stream_rows' last-layer streams (the MTP layer drafts from them)
-    if (!b_.replay_step(logits)) {
+    Tensor kept;  // step.stream_rows' last-layer streams, where the backend computes (the MTP layer drafts from them)
+    if (!b_.replay_step(logits, kept)) {
       b_.begin_recording(static_cast<bool>(observe));
       const int64_t hc = cfg_.hc_mult;
       // Every residual stream starts as the token embedding.
@@ -73,26 +74,20 @@ class Forward {
         if (observe) observe(l, b_.to_host(streams));
       }
 
-      if (!stage.stream_rows.empty()) kept_streams = b_.rows_to_host(streams, stage.stream_rows);
+      if (!step.stream_rows.empty()) kept = b_.keep_rows(streams, step.stream_rows);
       // HyperHead: a last learned collapse of the streams, then the final norm and the vocabulary head — only for
       // the rows whose logits were asked for.
       Tensor y = b_.hyper_head(w_, streams, step.rows.logits_rows, cfg_);
       b_.rms_norm_rows(y, &w_.norm, cfg_.rms_norm_eps);
       logits = b_.linear(y, w_.head);
-      b_.end_recording(logits);
+      b_.end_recording(logits, kept);
     }
     for (SequenceChunk& ch : chunks) {
       SequenceState& st = *ch.state;
       st.num_tokens += static_cast<int64_t>(ch.tokens.size());
       if (st.entries_kept_until && !st.replaying()) st.window_floor = st.entries_kept_until = 0;  // replay done
     }
-
-    // A replayed recording (CUDA graphs) has no streams to give: the backend must not replay such a step.
-    if (kept_streams.rows != static_cast<int64_t>(stage.stream_rows.size()))
-      fail("sampling stage: the step's last-layer streams were asked for but the backend replayed a recording");
-    StepLogits out = sampling_stage(logits, stage, step);
-    out.streams = std::move(kept_streams);
-    return out;
+    return sampling_stage(logits, stage, step, step.stream_rows.empty() ? nullptr : &kept);
   }
 
   // MTP draft step through MTP layer `i` (docs/mtp.md; DeepSeek's MTPBlock): each row joins the hidden streams of
@@ -121,7 +116,12 @@ class Forward {
     }
     Step step{make_step_rows(cfg_, as_chunks, 1), &as_chunks};
     check_stage(stage, static_cast<int64_t>(step.rows.logits_rows.size()), cfg_.vocab_size);
+    if (!stage.stream_rows.empty())
+      fail("MTP draft: the sampling stage asks for ", stage.stream_rows.size(),
+           " stream rows; a draft step's output streams are DraftOutput::streams (its logits rows')");
     b_.begin_step(step);
+    // Not recorded (a draft has no replay), but the body's first kernels (a GPU's RoPE rows) are queued here.
+    b_.begin_recording(false);
     // The streams of every row, one stream per row ([rows·hc, d]: the same floats as [rows, hc·d]).
     Mat host(step.rows.rows() * hc, d);
     for (size_t c = 0; c < chunks.size(); ++c)
@@ -138,6 +138,7 @@ class Forward {
     Tensor y = b_.hyper_head(m.hc_head_fn, m.hc_head_base, m.hc_head_scale, streams, step.rows.logits_rows, cfg_);
     b_.rms_norm_rows(y, &m.norm, cfg_.rms_norm_eps);
     Tensor logits = b_.linear(y, w_.head);
+    b_.end_recording(logits, Tensor{});
     DraftOutput out;
     out.streams = b_.rows_to_host(streams, step.rows.logits_rows);
     for (size_t c = 0; c < chunks.size(); ++c)
@@ -161,8 +162,9 @@ class Forward {
 
   // The sampling stage, where the logits are: the raw rows asked for go home first, then the logit processors
   // change their rows in place, then the allowed-token masks set the rest of their rows to -inf, then the picks
-  // are made; only ids come home for those.
-  StepLogits sampling_stage(Tensor& logits, const LogitsStage& stage, const Step& step) {
+  // are made; only ids come home for those. `kept`: the step's kept streams, which come home after the late masks
+  // are built (bringing them home waits for the forward).
+  StepLogits sampling_stage(Tensor& logits, const LogitsStage& stage, const Step& step, const Tensor* kept = nullptr) {
     StepLogits out;
     // The masks that come late (logits_stage.h): built here, the forward queued above, so that a device computes it
     // meanwhile; whether it still was once they are ready says whether their time was hidden.
@@ -204,6 +206,11 @@ class Forward {
         TokenPick& p = picks.back();
         if (mask && p.top_k > 0) p.top_k = std::min(p.top_k, allowed_count(*mask, cfg_.vocab_size));
       }
+    }
+    if (kept) {
+      std::vector<int64_t> all(step.stream_rows.size());
+      for (size_t k = 0; k < all.size(); ++k) all[k] = static_cast<int64_t>(k);
+      out.streams = b_.rows_to_host(*kept, all);
     }
     out.raw = b_.rows_to_host(logits, raw_rows);
     b_.apply_penalties(logits, penalised_rows, penalties);

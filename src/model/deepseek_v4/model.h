@@ -52,10 +52,8 @@ class ForwardRunner {
   virtual void from_host_many(const std::vector<HostCopy>& copies, int64_t n) {
     for (const HostCopy& c : copies) from_host(c.device_dst, c.host_src, n);
   }
-  // forward.h's Forward::draft (an MTP draft step, docs/mtp.md) on this backend. The CUDA backend has none yet.
-  virtual DraftOutput run_draft(std::vector<DraftChunk>&, const LogitsStage&, int64_t) {
-    fail("MTP draft: this backend has no MTP forward yet (the CPU backend has)");
-  }
+  // forward.h's Forward::draft (an MTP draft step, docs/mtp.md) on this backend.
+  virtual DraftOutput run_draft(std::vector<DraftChunk>& chunks, const LogitsStage& stage, int64_t mtp_layer) = 0;
   // Per layer, how many distinct routed experts the last forward ran (what a step must read of the expert
   // weights: the floor of benchmarks).
   virtual std::vector<int64_t> routed_experts_last_forward() const = 0;

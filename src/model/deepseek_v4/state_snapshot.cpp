@@ -21,7 +21,8 @@ namespace {
 constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', '4', 'S'};
 constexpr char kRowsMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', '4', 'R'};
 const char* magic_of(Sections s) { return s == Sections::Full ? kMagic : kRowsMagic; }
-constexpr uint32_t kVersion = 2;
+// Version 3 added the MTP layers' sections (and their count in the header); version 2 still restores.
+constexpr uint32_t kVersion = 3, kOldestVersion = 2;
 // The preamble's flags word. Bit 0: the floats are in a shared region, each run in a layer body replaced by its
 // offset there (i64, in floats): a same-host transfer's skeleton.
 constexpr uint32_t kFlagFloatsShared = 1;
@@ -219,13 +220,14 @@ std::string SnapshotWriter::header() const {
   body.i64(state_.num_tokens);
   body.i64(cfg.sliding_window);
   body.i64(cfg.head_dim);
-  body.i64(layers());
+  body.i64(static_cast<int64_t>(state_.layout->layers.size()));
   for (const LayerLayout& l : state_.layout->layers)
     for (const CompressorLayout* c : {&l.compressor, &l.indexer}) {
       body.i64(c->rate);
       body.i64(c->width);
       body.i64(c->dim);
     }
+  body.i64(mtp_layers());
   ByteWriter out;
   out.bytes().append(magic_of(sections_), sizeof kMagic);
   out.u32(kVersion);
@@ -248,11 +250,36 @@ std::string SnapshotWriter::layer(int64_t l) const {
   return piece;
 }
 
+int64_t SnapshotWriter::mtp_layers() const {
+  return sections_ == Sections::Full ? static_cast<int64_t>(state_.layout->mtp_layers.size()) : 0;
+}
+
+ByteWriter SnapshotWriter::mtp_body(int64_t i, FloatPlacement placement) const {
+  const ModelConfig& cfg = model_.config();
+  const StateLayout& layout = *state_.layout;
+  if (static_cast<int64_t>(state_.mtp_tokens.size()) <= i)
+    fail("state snapshot: the state has no position count for MTP layer ", i, " (it has ", state_.mtp_tokens.size(),
+         ")");
+  const int64_t m = state_.mtp_tokens[static_cast<size_t>(i)];
+  ByteWriter body(placement);
+  body.i64(static_cast<int64_t>(layout.layers.size()) + i);
+  body.i64(m);
+  // Only the rows the MTP layer's next step reads: a function of what it consumed, whatever the ring held before.
+  const int64_t rows = std::min(m, cfg.sliding_window);
+  body.i64(rows);
+  const float* swa = state_.fixed.get() + layout.mtp_layers[static_cast<size_t>(i)].swa;
+  for_ring_runs(layout.window_rows, cfg.head_dim, m - rows, rows,
+                [&](int64_t at, int64_t floats) { body.floats(*model_.runner_, swa + at, floats); });
+  return body;
+}
+
 ByteWriter SnapshotWriter::layer_body(int64_t l, FloatPlacement placement) const {
   if (l < 0 || l >= layers()) fail("state snapshot: no layer ", l, " (the model has ", layers(), ")");
+  const StateLayout& layout = *state_.layout;
+  if (l >= static_cast<int64_t>(layout.layers.size()))
+    return mtp_body(l - static_cast<int64_t>(layout.layers.size()), placement);
   const ModelConfig& cfg = model_.config();
   ForwardRunner& runner = *model_.runner_;
-  const StateLayout& layout = *state_.layout;
   const LayerLayout& ll = layout.layers[static_cast<size_t>(l)];
   const int64_t n = state_.num_tokens;
   ByteWriter body(placement);
@@ -306,14 +333,15 @@ std::optional<size_t> SnapshotReader::next_piece_bytes(std::string_view received
     if (received.size() >= 12) {
       uint32_t version;
       std::memcpy(&version, received.data() + 8, sizeof version);
-      if (version != kVersion)
-        fail("state snapshot: unknown format version ", version, " (this strata reads version ", kVersion, ")");
+      if (version < kOldestVersion || version > kVersion)
+        fail("state snapshot: unknown format version ", version, " (this strata reads versions ", kOldestVersion,
+             " to ", kVersion, ")");
     }
     at = kPreambleBytes;
   }
   if (received.size() < at + kLengthBytes) return std::nullopt;
   const uint64_t body = load_u64(received, at);
-  if (body > UINT64_MAX / 2) fail("state snapshot: ", header_taken_ ? layer_where(next_layer_) : "the header",
+  if (body > UINT64_MAX / 2) fail("state snapshot: ", header_taken_ ? section_where(next_layer_) : "the header",
                                   " claims an impossible length of ", body, " bytes");
   return at + kLengthBytes + body + kChecksumBytes;
 }
@@ -326,10 +354,13 @@ void SnapshotReader::take(std::string_view piece) {
       uint32_t flags = 0;
       if (piece.size() >= kPreambleBytes) std::memcpy(&flags, piece.data() + 12, sizeof flags);
       if (flags & ~kFlagFloatsShared) fail("state snapshot: unknown flags ", flags, " in its preamble");
+      if (piece.size() >= 12) std::memcpy(&version_, piece.data() + 8, sizeof version_);  // next_piece_bytes checked it
       floats_shared_ = flags & kFlagFloatsShared;
       if (floats_shared_ && !floats_from_)
         fail("state snapshot: its floats are in a shared region (a same-host transfer) that this restore was not given");
       take_header(open_section(piece, kPreambleBytes, "the header"));
+    } else if (const auto main = static_cast<int64_t>(into_.layout->layers.size()); next_layer_ >= main) {
+      take_mtp_layer(open_section(piece, 0, section_where(next_layer_)), next_layer_ - main);
     } else {
       take_layer(open_section(piece, 0, layer_where(next_layer_)));
     }
@@ -346,7 +377,7 @@ void SnapshotReader::take_all(std::string_view bytes) {
     while (!complete()) {
       const std::optional<size_t> size = next_piece_bytes(bytes);
       if (!size || *size > bytes.size())
-        fail("state snapshot: truncated in ", header_taken_ ? layer_where(next_layer_) : "the header", " (has ",
+        fail("state snapshot: truncated in ", header_taken_ ? section_where(next_layer_) : "the header", " (has ",
              bytes.size(), size ? cat(" of its ", *size) : std::string(), " bytes)");
       take(bytes.substr(0, *size));
       bytes.remove_prefix(*size);
@@ -385,8 +416,49 @@ void SnapshotReader::take_header(std::string_view body) {
         fail("state snapshot: layer ", l, "'s ", name, " has rate, width, dim ", rate, ", ", width, ", ", dim,
              " in the snapshot and ", c->rate, ", ", c->width, ", ", c->dim, " in the restore target");
     }
+  // Version 2 has no MTP sections (the MTP layers start empty); boundary rows have none in any version.
+  const auto ours_mtp = static_cast<int64_t>(into_.layout->mtp_layers.size());
+  mtp_layers_ = 0;
+  if (version_ >= 3) {
+    const int64_t expected = sections_ == Sections::Full ? ours_mtp : 0;
+    mtp_layers_ = r.i64();
+    if (mtp_layers_ != expected)
+      fail("state snapshot: it has ", mtp_layers_, " MTP layers' sections, expected ", expected,
+           sections_ == Sections::Full ? " (the restore target's MTP layers)" : " (boundary rows carry none)");
+  }
+  mtp_tokens_.assign(static_cast<size_t>(ours_mtp), 0);
   r.expect_end();
   header_taken_ = true;
+}
+
+std::string SnapshotReader::section_where(int64_t l) const {
+  const auto main = static_cast<int64_t>(into_.layout->layers.size());
+  return l >= main ? cat("MTP layer ", l - main, "'s section") : layer_where(l);
+}
+
+void SnapshotReader::take_mtp_layer(std::string_view body, int64_t i) {
+  const ModelConfig& cfg = model_.config();
+  const StateLayout& layout = *into_.layout;
+  ByteReader r(body, cat("MTP layer ", i, "'s section"), floats_shared_ ? floats_from_ : nullptr);
+  const int64_t index = r.i64(), expected = static_cast<int64_t>(layout.layers.size()) + i;
+  if (index != expected) fail("state snapshot: expected section ", expected, " (MTP layer ", i, "), found section ", index);
+  const int64_t m = r.count("the MTP layer's position count", 0, INT64_MAX / 2);
+  const int64_t rows = std::min(m, cfg.sliding_window);
+  r.count("the MTP window's row count", rows, rows);
+  float* swa = into_.fixed.get() + layout.mtp_layers[static_cast<size_t>(i)].swa;
+  for_ring_runs(layout.window_rows, cfg.head_dim, m - rows, rows,
+                [&](int64_t at, int64_t floats) { r.floats(*model_.runner_, swa + at, floats); });
+  r.expect_end();
+  mtp_tokens_[static_cast<size_t>(i)] = m;
+  ++next_layer_;
+  finish_if_complete();
+}
+
+void SnapshotReader::finish_if_complete() {
+  if (!complete()) return;
+  if (floats_shared_) model_.runner_->synchronize();  // the region may be given back once the restore is complete
+  into_.num_tokens = num_tokens_;
+  for (size_t i = 0; i < mtp_tokens_.size() && i < into_.mtp_tokens.size(); ++i) into_.mtp_tokens[i] = mtp_tokens_[i];
 }
 
 void SnapshotReader::take_layer(std::string_view body) {
@@ -424,10 +496,8 @@ void SnapshotReader::take_layer(std::string_view body) {
       r.floats(runner, into_.entry(*c, e), std::min(c->per_block, entries - e) * c->dim);
   }
   r.expect_end();
-  if (++next_layer_ == static_cast<int64_t>(into_.layout->layers.size())) {
-    if (floats_shared_) runner.synchronize();  // the region may be given back once the restore is complete
-    into_.num_tokens = num_tokens_;
-  }
+  ++next_layer_;
+  finish_if_complete();
 }
 
 std::string Model::snapshot(const SequenceState& state) const { return SnapshotWriter(*this, state).all(); }

@@ -4,16 +4,18 @@
 // continues with the same logits, bit for bit. The format is a header and one section per layer, so a transfer can
 // stream it: SnapshotWriter makes the pieces one by one, SnapshotReader takes them in order as they arrive.
 //
-// Byte format, version 2. Integers and floats little-endian, exactly as this (little-endian) machine writes them;
+// Byte format, version 3 (version 2, without the MTP layers' sections, still restores: its MTP layers start
+// empty, as every restore of a version-2 snapshot did). Integers and floats little-endian, exactly as this (little-endian) machine writes them;
 // a big-endian build does not compile (static_assert in the .cpp). i64/u64 = 8 bytes, u32 = 4, f32 = 4.
 //
 //   piece 0, the header:
 //     u8[8]  magic "STRATA4S"
-//     u32    format version (2)
+//     u32    format version (3)
 //     u32    flags: 0, or 1 for a same-host transfer's skeleton — the floats are in a shared region
 //            (model/shared_region.h) and every f32[k] run below is an i64 offset (in floats) into it instead
 //     section: the header body (below)
-//   pieces 1 … layer_count: one section per layer, layer 0 first.
+//   pieces 1 … layer_count: one section per layer, layer 0 first;
+//   then (version 3) pieces layer_count + 1 … layer_count + mtp_layer_count: one section per MTP layer (docs/mtp.md).
 //
 //   section: u64 body_bytes, then body_bytes bytes of body, then u64 XXH3-64 (seed 0) of the body.
 //
@@ -25,6 +27,7 @@
 //     i64 layer_count
 //     per layer, for its compressor then its indexer's compressor (all 0 where the layer has none):
 //       i64 rate, i64 width, i64 dim      width = channels per raw token (2·dim with CSA's overlap)
+//     i64 mtp_layer_count                 (version 3) the model's MTP layers; 0 in boundary rows
 //
 //   layer body (n = num_tokens; rows in position order, whatever ring sizes the engines use):
 //     i64 layer index
@@ -35,17 +38,25 @@
 //       f32[(n - first) · width] raw kv, f32[(n - first) · width] raw gate   (positions first … n - 1)
 //       f32[n_entries · dim] compressed entries, entry 0 first
 //
+//   MTP layer body (version 3; MTP layer i, m = the state's mtp_tokens[i], the MTP positions that layer consumed,
+//   which trail or lead num_tokens: SequenceState::mtp_tokens):
+//     i64 layer_count + i
+//     i64 m
+//     i64 window_rows = min(m, sliding_window); f32[window_rows · head_dim]: its ring's positions m - window_rows … m - 1
+//
 // Only rows that the forward pass reads are written, so the bytes are a function of the token prefix alone
 // (whatever a reused slot held before), and two engines that agree on the prefix write the same snapshot.
 //
 // Boundary rows (Sections::RowsOnly, magic "STRATA4R"): the same format without the compressed entries (no
-// "f32[n_entries · dim]" runs). A prefix cache (cache/) keeps a prefix as its token blocks, content-addressed and
+// "f32[n_entries · dim]" runs) and without MTP sections (mtp_layer_count 0: a prefix restored from the cache starts
+// its MTP layers empty, which costs draft quality, never correctness — verification decides). A prefix cache (cache/) keeps a prefix as its token blocks, content-addressed and
 // shared by every longer prefix, plus these rows at the boundary it resumes from; restoring one needs the blocks
 // in place first (Model::restore_prefix).
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "model/deepseek_v4/model.h"
 #include "model/sequence_state.h"
@@ -64,14 +75,17 @@ class SnapshotWriter {
  public:
   SnapshotWriter(const Model& model, const SequenceState& state, Sections sections = Sections::Full,
                  model::SharedRegion* floats_into = nullptr);
-  int64_t layers() const { return static_cast<int64_t>(state_.layout->layers.size()); }
+  // The sections after the header: every layer's, then (Sections::Full) every MTP layer's.
+  int64_t layers() const { return static_cast<int64_t>(state_.layout->layers.size()) + mtp_layers(); }
+  int64_t mtp_layers() const;
   std::string header() const;          // piece 0
-  std::string layer(int64_t l) const;  // piece 1 + l
+  std::string layer(int64_t l) const;  // piece 1 + l (l ≥ the model's layer count: MTP layer l - that count)
   std::string all() const;             // every piece, in order
   int64_t floats() const;              // the floats of every layer (what a shared region for them must hold)
 
  private:
   ByteWriter layer_body(int64_t l, FloatPlacement placement) const;
+  ByteWriter mtp_body(int64_t i, FloatPlacement placement) const;
 
   const Model& model_;
   const SequenceState& state_;
@@ -100,9 +114,11 @@ class SnapshotReader {
   // have arrived to tell: 24 for the header, 8 for a layer).
   std::optional<size_t> next_piece_bytes(std::string_view received) const;
   void take(std::string_view piece);  // exactly one piece
-  bool complete() const { return header_taken_ && next_layer_ == static_cast<int64_t>(into_.layout->layers.size()); }
+  bool complete() const {
+    return header_taken_ && next_layer_ == static_cast<int64_t>(into_.layout->layers.size()) + mtp_layers_;
+  }
   int64_t num_tokens() const { return header_taken_ ? num_tokens_ : -1; }  // the header's, once it is taken
-  int64_t layers_taken() const { return next_layer_; }
+  int64_t layers_taken() const { return next_layer_; }  // MTP layers' sections included
 
   // The whole snapshot at once: splits `bytes` into pieces (truncated or trailing bytes are errors) and takes them.
   void take_all(std::string_view bytes);
@@ -110,6 +126,9 @@ class SnapshotReader {
  private:
   void take_header(std::string_view body);
   void take_layer(std::string_view body);
+  void take_mtp_layer(std::string_view body, int64_t i);
+  void finish_if_complete();  // after the last section: the counters into the state
+  std::string section_where(int64_t l) const;  // "layer l's section", or an MTP layer's
 
   const Model& model_;
   SequenceState& into_;
@@ -117,7 +136,10 @@ class SnapshotReader {
   const model::SharedRegion* floats_from_;
   bool floats_shared_ = false;  // the header's flag
   bool header_taken_ = false;
+  uint32_t version_ = 0;    // the preamble's
+  int64_t mtp_layers_ = 0;  // MTP sections the snapshot has (0 in version 2 and in boundary rows)
   int64_t next_layer_ = 0, num_tokens_ = 0;
+  std::vector<int64_t> mtp_tokens_;  // from the MTP sections, set into the state with num_tokens when complete
 };
 
 }  // namespace strata::model::v4

@@ -42,6 +42,9 @@ struct StepRows {
 struct Step {
   StepRows rows;
   std::vector<SequenceChunk>* chunks = nullptr;
+  // Step rows whose last-layer streams the step keeps (LogitsStage::stream_rows): part of a step's shape, since a
+  // recorded step (CUDA graphs) must keep them as the body does.
+  std::vector<int64_t> stream_rows = {};
   SequenceState& state(int64_t chunk) const { return *(*chunks)[static_cast<size_t>(chunk)].state; }
 };
 
