@@ -87,7 +87,7 @@ def term_value(term, default_file, where):
     if re.fullmatch(r"-?[0-9.]+(?:e-?[0-9]+)?", term):
         return float(term)
     file, path = default_file, term
-    m = re.match(r"([^:/][^:]*\.(?:json|txt)):(.*)$", term)
+    m = re.match(r"([^:/][^:]*\.(?:json|jsonl|txt|log)):(.*)$", term)
     if m:
         file = os.path.normpath(os.path.join(os.path.dirname(default_file), m.group(1)))
         path = m.group(2)
