@@ -27,6 +27,34 @@ const char* const kCacheOptionsHelp =
   --cache-checkpoint-blocks N  save a long prompt's state every N token blocks as it is prefilled (default 32)
 )";
 
+const std::set<std::string> kSpeculativeOptions = {"speculative-tokens", "speculative-min-prob"};
+const char* const kSpeculativeOptionsHelp =
+    R"(  --speculative-tokens N     speculative decoding with the model's MTP layer (docs/mtp.md): draft up to N tokens
+                             (1..8) ahead and verify them in one forward; 0 = off (default). Greedy output is
+                             identical to decoding without it; sampled output is an exact draw from the same
+                             distribution. Needs a checkpoint with MTP layers (model init --mtp 1); CPU backend;
+                             grammar-constrained requests do not speculate
+  --speculative-min-prob P   stop a draft chain at the first draft the MTP layer gives less than P (default 0.1)
+)";
+
+std::set<std::string> with_speculative_options(std::set<std::string> valued) {
+  valued.insert(kSpeculativeOptions.begin(), kSpeculativeOptions.end());
+  return valued;
+}
+
+engine::SpeculativeConfig read_speculative_options(const Args& args) {
+  engine::SpeculativeConfig c;
+  c.tokens = args.integer("speculative-tokens", 0);
+  if (c.tokens < 0 || c.tokens > engine::SpeculativeConfig::kMaxTokens)
+    fail("option --speculative-tokens: expected 0 (off) to ", engine::SpeculativeConfig::kMaxTokens, " draft tokens, found ", c.tokens);
+  c.min_prob = args.number("speculative-min-prob", c.min_prob);
+  if (!(c.min_prob >= 0.0 && c.min_prob <= 1.0))
+    fail("option --speculative-min-prob: expected a probability in [0, 1], found ", c.min_prob);
+  if (args.has("speculative-min-prob") && c.tokens == 0)
+    fail("option --speculative-min-prob: needs --speculative-tokens N with N ≥ 1");
+  return c;
+}
+
 std::set<std::string> with_cache_options(std::set<std::string> valued) {
   valued.insert(kCacheOptions.begin(), kCacheOptions.end());
   return valued;
@@ -69,6 +97,7 @@ EngineOptions read_engine_options(const Args& args, int64_t default_max_num_seqs
   c.ttl_chat_seconds = duration("cache-ttl-chat", c.ttl_chat_seconds);
   c.ttl_agent_seconds = duration("cache-ttl-agent", c.ttl_agent_seconds);
   c.checkpoint_every_blocks = positive_integer(args, "cache-checkpoint-blocks", c.checkpoint_every_blocks);
+  o.speculative = read_speculative_options(args);
   return o;
 }
 
@@ -87,6 +116,7 @@ engine::EngineConfig make_engine_config(const EngineOptions& o, const Args& args
     ec.pool.max_sequences = o.max_num_seqs;
   // A model without compressed attention keeps no token blocks: nothing to cache.
   if (o.cache && model.state_layout().block_floats > 0) ec.cache = std::make_shared<cache::PrefixCache>(model, o.cache_config);
+  ec.speculative = o.speculative;
   return ec;
 }
 

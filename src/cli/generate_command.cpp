@@ -63,6 +63,9 @@ options:
   --dump-logits FILE   write a safetensors file: prompt_logits [L, V] (every prompt position), gen_logits [N, V]
                        (row i = the logits gen_tokens[i] was chosen from) in F32, gen_tokens [N] in I64
   --dump-hidden FILE   write the prompt's residual streams after every layer, hidden.L [L, hc·hidden] (debugging)
+  --speculative-tokens N, --speculative-min-prob P
+                       speculative decoding with the checkpoint's MTP layer (see `strata serve --help`); the
+                       speculation counts go to stderr (not with --dump-logits: a capture does not speculate)
 
 With --prompt-ids, prints the generated ids (comma-separated; on a terminal as they are made) on stdout; timings
 go to stderr. Exactly one of
@@ -74,6 +77,8 @@ file is an OpenAI request, run through the serving engine with continuous batchi
 example (from the repository root):
   strata model init --preset tiny --out /tmp/tiny
   strata generate --model /tmp/tiny --prompt-ids 5,6,7 --max-tokens 8 --temperature 0
+  strata model init --preset tiny --mtp 1 --out /tmp/tiny-mtp
+  strata generate --model /tmp/tiny-mtp --prompt-ids 5,6,7 --max-tokens 32 --temperature 0 --speculative-tokens 3
   echo '{"messages": [{"role": "user", "content": "What is 23 plus 45?"}]}' | strata generate --chat -
   strata generate --prompt "The capital of France is" --max-tokens 8
 )";
@@ -143,14 +148,17 @@ std::vector<std::string> read_lines(const std::string& path) {
 
 int offline_generate(const std::vector<std::string>& argv) {
   const Args args(argv,
-                  with_cache_options({"model", "device", "precision", "cuda-graphs", "input", "output", "max-num-seqs",
-                                      "max-num-batched-tokens", "max-model-len", "state-memory", "max-n",
-                                      "served-model-name", "progress-interval", "summary", "grammar-compile-timeout"}),
+                  with_speculative_options(with_cache_options(
+                      {"model", "device", "precision", "cuda-graphs", "input", "output", "max-num-seqs",
+                       "max-num-batched-tokens", "max-model-len", "state-memory", "max-n", "served-model-name",
+                       "progress-interval", "summary", "grammar-compile-timeout"})),
                   {"help", "cuda-op-times"});
   if (args.has("help")) {
     std::fputs(kOfflineHelp, stdout);
     std::fputs("\nprefix cache options (results carry usage.prompt_tokens_details.cached_tokens):\n", stdout);
     std::fputs(kCacheOptionsHelp, stdout);
+    std::fputs("\nspeculative decoding options:\n", stdout);
+    std::fputs(kSpeculativeOptionsHelp, stdout);
     return 0;
   }
   const std::string input = args.required("input"), output = args.required("output");
@@ -166,7 +174,8 @@ int offline_generate(const std::vector<std::string>& argv) {
   const std::vector<std::string> lines = read_lines(input);
   const text::Tokenizer tokenizer = text::Tokenizer::load(dir);
   const BackendFlags backend = read_backend_flags(args);
-  const std::unique_ptr<model::Model> loaded = model::open_checkpoint(dir, backend.device, backend.precision, backend.cuda);
+  const std::unique_ptr<model::Model> loaded =
+      model::open_checkpoint(dir, backend.device, backend.precision, backend.cuda, engine_options.max_rollback());
   const model::Model& model = *loaded;
   const model::ModelConfig& mc = model.config();
   if (tokenizer.vocab_size() > mc.vocab_size)
@@ -231,9 +240,9 @@ int generate_command(const std::vector<std::string>& argv) {
            "Debian libboost-dev, was missing)");
 #endif
     }
-  const Args args(argv, {"model", "device", "precision", "cuda-graphs", "prompt-ids", "prompt", "chat", "max-tokens",
-                         "max-model-len", "temperature", "top-p", "top-k", "min-p", "repetition-penalty",
-                         "presence-penalty", "frequency-penalty", "seed", "chunk", "dump-logits", "dump-hidden"},
+  const Args args(argv, with_speculative_options({"model", "device", "precision", "cuda-graphs", "prompt-ids", "prompt", "chat",
+                         "max-tokens", "max-model-len", "temperature", "top-p", "top-k", "min-p", "repetition-penalty",
+                         "presence-penalty", "frequency-penalty", "seed", "chunk", "dump-logits", "dump-hidden"}),
                   {"help", "ignore-eos", "parse-special", "cuda-op-times"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
@@ -285,7 +294,9 @@ int generate_command(const std::vector<std::string>& argv) {
   const int64_t chunk = args.integer("chunk", 0);
   if (chunk < 0) fail("option --chunk: expected a positive chunk size, found ", chunk);
 
-  const std::unique_ptr<model::Model> loaded = model::open_checkpoint(dir, backend.device, backend.precision, backend.cuda);
+  const engine::SpeculativeConfig speculative = read_speculative_options(args);
+  const std::unique_ptr<model::Model> loaded = model::open_checkpoint(dir, backend.device, backend.precision, backend.cuda,
+                                                                      std::max<int64_t>(1, speculative.tokens));
   const model::Model& m = *loaded;
   const int64_t vocab = m.config().vocab_size;
   try {
@@ -312,6 +323,7 @@ int generate_command(const std::vector<std::string>& argv) {
   ec.scheduler.max_num_batched_tokens = chunk > 0 ? chunk : std::max<int64_t>(n_prompt, 1);
   ec.pool.max_sequences = 1;
   ec.pool.blocks = m.blocks_for_tokens(total);
+  ec.speculative = speculative;
   std::vector<std::vector<float>> hidden(static_cast<size_t>(m.config().num_hidden_layers));
   int64_t hidden_rows = 0;  // rows of the steps observed so far; the first n_prompt are the prompt's
   if (args.has("dump-hidden"))
@@ -332,12 +344,16 @@ int generate_command(const std::vector<std::string>& argv) {
   // On a terminal, ids are shown as they are made: a long run shows it is running.
   const bool live_ids = input.mode == PromptMode::Ids && ::isatty(STDOUT_FILENO) != 0;
   engine.add_request("generate", prompt, sampling);
+  bool stopped = false;  // a stop string ended the reply: a step's later tokens (speculative drafts) are not shown
   do {
     for (engine::TokenEvent& e : engine.step()) {
-      if (!e.token) continue;
+      if (!e.token || stopped) continue;
       if (!t1) t1 = clock::now();
       generated.push_back(*e.token);
-      if (reply && !reply->push(*e.token)) engine.abort("generate");
+      if (reply && !reply->push(*e.token)) {
+        engine.abort("generate");
+        stopped = true;
+      }
       if (live_ids) {
         std::printf("%s%d", generated.size() > 1 ? "," : "", *e.token);
         std::fflush(stdout);
@@ -357,6 +373,15 @@ int generate_command(const std::vector<std::string>& argv) {
   std::fprintf(stderr, "prefill: %lld tokens in %.3f s (%.1f tokens/s); decode: %zu tokens in %.3f s (%.1f tokens/s)\n",
                static_cast<long long>(n_prompt), prefill_s, n_prompt / prefill_s, generated.size(), decode_s,
                decode_steps > 0 ? decode_steps / decode_s : 0.0);
+  if (speculative.enabled()) {
+    const engine::SpeculativeCounts c = engine.stats().speculative;
+    std::fprintf(stderr,
+                 "speculative: %lld drafted, %lld verified, %lld accepted (%.1f%%) in %lld verify steps (mean accepted "
+                 "length %.2f); %lld tokens emitted by them, %lld dropped past the end\n",
+                 static_cast<long long>(c.drafted), static_cast<long long>(c.verified), static_cast<long long>(c.accepted),
+                 100.0 * c.acceptance_rate(), static_cast<long long>(c.verify_steps), c.mean_accepted_length(),
+                 static_cast<long long>(c.emitted), static_cast<long long>(c.truncated));
+  }
 
   if (args.has("dump-hidden")) {
     std::vector<model::OwnedTensor> out;

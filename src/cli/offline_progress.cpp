@@ -94,6 +94,15 @@ std::string format_summary(const OfflineSummary& s) {
                   e.grammar_mask_seconds > 0 ? 100.0 * e.grammar_mask_hidden_seconds / e.grammar_mask_seconds : 0.0);
     out += buf;
   }
+  if (const engine::SpeculativeCounts& c = e.speculative; c.verify_steps > 0 || c.drafted > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "speculative:       %lld drafted, %lld verified, %lld accepted (%.1f%%), %lld verify steps, mean "
+                  "accepted length %.2f, %lld emitted, %lld dropped past an end\n",
+                  static_cast<long long>(c.drafted), static_cast<long long>(c.verified), static_cast<long long>(c.accepted),
+                  100.0 * c.acceptance_rate(), static_cast<long long>(c.verify_steps), c.mean_accepted_length(),
+                  static_cast<long long>(c.emitted), static_cast<long long>(c.truncated));
+    out += buf;
+  }
   return out;
 }
 
@@ -126,6 +135,22 @@ nlohmann::ordered_json summary_json(const OfflineSummary& s) {
                  {"grammar_mask_hidden_seconds", e.grammar_mask_hidden_seconds},
                  {"grammar_mask_us_per_token",
                   e.grammar_masks ? 1e6 * e.grammar_mask_seconds / static_cast<double>(e.grammar_masks) : 0.0}};
+  // Speculative decoding: the counts themselves, then the two figures derived from them. "mean_accepted_length" is
+  // accepted drafts per verify step; "tokens_per_verify_step" adds the bonus token before truncation.
+  const engine::SpeculativeCounts& c = e.speculative;
+  j["engine"]["speculative"] = {
+      {"drafted", c.drafted},
+      {"verified", c.verified},
+      {"accepted", c.accepted},
+      {"verify_steps", c.verify_steps},
+      {"emitted", c.emitted},
+      {"truncated", c.truncated},
+      {"verified_by_position", c.verified_at},
+      {"accepted_by_position", c.accepted_at},
+      {"acceptance_rate", c.acceptance_rate()},
+      {"mean_accepted_length", c.mean_accepted_length()},
+      {"tokens_per_verify_step",
+       c.verify_steps ? static_cast<double>(c.accepted + c.verify_steps) / static_cast<double>(c.verify_steps) : 0.0}};
   return j;
 }
 

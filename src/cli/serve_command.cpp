@@ -87,14 +87,15 @@ example:
 
 int serve_command(const std::vector<std::string>& argv) {
   const Args args(argv,
-                  with_cache_options({"model", "host", "port", "device", "precision", "cuda-graphs", "api-key", "served-model-name", "max-model-len", "state-memory",
+                  with_speculative_options(with_cache_options({"model", "host", "port", "device", "precision", "cuda-graphs", "api-key", "served-model-name", "max-model-len", "state-memory",
                    "max-num-seqs", "max-num-batched-tokens", "max-body-bytes", "max-n", "shutdown-grace", "idle-timeout",
                    "cache-scope", "grammar-cache", "grammar-compile-timeout", "grammar-max-bytes", "role",
-                   "prefill-peer", "transfer-timeout", "transfer"}),
+                   "prefill-peer", "transfer-timeout", "transfer"})),
                   {"help", "cuda-op-times"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     std::fputs(kCacheOptionsHelp, stdout);
+    std::fputs(kSpeculativeOptionsHelp, stdout);
     std::fputs(kHelpTail, stdout);
     return 0;
   }
@@ -144,7 +145,8 @@ int serve_command(const std::vector<std::string>& argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   const text::Tokenizer tokenizer = text::Tokenizer::load(dir);
-  const std::unique_ptr<model::Model> loaded = model::open_checkpoint(dir, backend.device, backend.precision, backend.cuda);
+  const std::unique_ptr<model::Model> loaded =
+      model::open_checkpoint(dir, backend.device, backend.precision, backend.cuda, engine_options.max_rollback());
   const model::Model& model = *loaded;
   const model::ModelConfig& mc = model.config();
   if (tokenizer.vocab_size() > mc.vocab_size)

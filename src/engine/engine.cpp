@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "engine/draft_planner.h"
 
 namespace strata::engine {
 
@@ -14,8 +15,28 @@ Engine::Engine(const model::Model& model, EngineConfig config)
       cfg_(config),
       pool_(model, config.pool),
       scheduler_(config.scheduler, pool_),
-      runner_(model, pool_, config.observe) {
+      runner_(model, pool_, config.observe),
+      drafter_(model, pool_, cfg_.speculative) {
   if (cfg_.max_model_len < 1) fail("max_model_len must be ≥ 1, got ", cfg_.max_model_len);
+  const SpeculativeConfig& sp = cfg_.speculative;
+  if (sp.tokens < 0 || sp.tokens > SpeculativeConfig::kMaxTokens)
+    fail("speculative decoding: --speculative-tokens must be in [0, ", SpeculativeConfig::kMaxTokens, "], got ", sp.tokens);
+  if (!(sp.min_prob >= 0.0 && sp.min_prob <= 1.0))
+    fail("speculative decoding: --speculative-min-prob must be in [0, 1], got ", sp.min_prob);
+  if (!(sp.step_cost_rows >= 0.0)) fail("speculative decoding: the step cost must be ≥ 0 rows, got ", sp.step_cost_rows);
+  if (sp.enabled()) {
+    if (model_.mtp_layers() == 0)
+      fail("speculative decoding: --speculative-tokens ", sp.tokens, " drafts with the model's MTP layer, but this model has "
+           "none (num_nextn_predict_layers is ", model_.config().num_nextn_predict_layers,
+           ", and a checkpoint without mtp.* tensors has none either); use --speculative-tokens 0");
+    if (model_.device() != model::Device::Cpu)
+      fail("speculative decoding: --speculative-tokens runs on the CPU backend only so far (the CUDA draft step exists "
+           "but the verify path has not been checked on a GPU yet, docs/mtp.md); use --device cpu");
+    if (model_.state_layout().max_rollback < sp.tokens)
+      fail("speculative decoding: --speculative-tokens ", sp.tokens, " needs states that can drop ", sp.tokens,
+           " tokens, but the model was loaded with max_rollback ", model_.state_layout().max_rollback,
+           " (load it with max_rollback ≥ the draft tokens)");
+  }
   imported_ = std::make_unique<ImportedStateConnector>(model_, pool_);
   connectors_.push_back(imported_.get());
   if (cfg_.cache) {
@@ -69,7 +90,7 @@ void Engine::export_state(Sequence& s, std::vector<TokenEvent>& events) {
   if (region) totals_.exported_state_bytes += region->floats() * static_cast<int64_t>(sizeof(float));
   out.finish();
   ++totals_.exported_states;
-  events.push_back({s.request_id, s.index, std::nullopt, 0, {}, false, FinishReason::None, {}, {}});
+  events.push_back({s.request_id, s.index, std::nullopt, 0, {}, false, FinishReason::None, {}, {}, 0, false, std::nullopt});
   finish(s, FinishReason::Stop, events, true);
 }
 
@@ -124,6 +145,9 @@ void Engine::add_request(const std::string& request_id, std::vector<int32_t> pro
     if (params.constraint) s->constrained = std::make_unique<ConstrainedOutput>(params.constraint, vocab, eos);
     s->arrival = std::chrono::steady_clock::now();
     s->handoff = handoff;
+    // Grammar-constrained sequences do not speculate (a draft's row would need the mask of the state after the drafts
+    // before it); a logits capture wants each token's own row, and a state export samples nothing.
+    s->spec.enabled = cfg_.speculative.enabled() && !params.constraint && !params.capture_logits && !handoff.exports();
     if (cached) {
       s->cache.emplace();
       s->cache->salt = salt;
@@ -157,11 +181,12 @@ void Engine::finish(Sequence& seq, FinishReason reason, std::vector<TokenEvent>&
   if (seq.handoff.export_to) seq.handoff.export_to->fail(cat("the prefill ended without a state (", to_string(reason), ")"));
   // Nothing reads an arriving state's shared region after its sequence ends: its maker may free it.
   if (seq.handoff.incoming) seq.handoff.incoming->release_shared();
-  if (!with_token) events.push_back({seq.request_id, seq.index, std::nullopt, 0, {}, true, reason, {}, {}});
+  if (!with_token) events.push_back({seq.request_id, seq.index, std::nullopt, 0, {}, true, reason, {}, {}, 0, false, std::nullopt});
   else {
     events.back().finished = true;
     events.back().reason = reason;
   }
+  if (seq.spec.enabled) events.back().speculative = seq.spec.counts;
   if (seq.slot >= 0)
     for (StateConnector* c : connectors_) c->on_finish(seq, pool_.slot(seq.slot));
   seq.status = SequenceStatus::Finished;
@@ -193,8 +218,12 @@ std::vector<TokenEvent> Engine::step() {
   std::vector<TokenEvent> events = std::move(pending_events_);
   pending_events_.clear();
   imported_->poll();  // the layers of arriving states that are whole now go into their slots
+  if (cfg_.speculative.enabled()) plan_drafts();
   StepPlan plan = scheduler_.plan_step();
   stalled_ = plan.empty();
+  // A preempted sequence's state is gone, the MTP layer's with it: its drafts and streams are recomputed.
+  for (uint64_t id : plan.preempted)
+    if (const auto it = sequences_.find(id); it != sequences_.end()) it->second->spec.clear();
   if (plan.empty()) return events;
   // Constrained spans get their masks late: built inside the runner's call, once the forward is queued.
   LateSpanMasks late;
@@ -205,6 +234,9 @@ std::vector<TokenEvent> Engine::step() {
     Sequence& s = *sequences_.at(span.sequence_id);
     const auto prompt_len = static_cast<int64_t>(s.prompt.size());
     if (span.start < prompt_len) totals_.prompt_tokens += std::min(span.end(), prompt_len) - span.start;
+    // The MTP layer drafts from the main model's last-layer streams of the last `window` positions (it is
+    // window-only: older ones never reach its next draft).
+    if (s.spec.enabled) span.streams_from = std::max(span.start, s.num_tokens() - model_.config().sliding_window);
     if (!span.samples) continue;
     // The draw is a function of (seed, output position) alone, so a preempted and resumed sequence, or one batched
     // differently, picks the same token.
@@ -215,6 +247,7 @@ std::vector<TokenEvent> Engine::step() {
       late.spans.push_back(i);
       constrained.push_back(s.constrained.get());
     }
+    if (!span.drafts.empty()) fill_draft_checks(span, s);
   }
   double mask_seconds = 0;
   if (!constrained.empty()) late.build = [&] { return build_masks(constrained, mask_seconds); };
@@ -233,7 +266,7 @@ std::vector<TokenEvent> Engine::step() {
       refused[i] = !constrained[static_cast<size_t>(k)]->accept(out.spans[i].tokens.at(0));
     }
   }
-  scheduler_.commit(plan);
+  scheduler_.commit(plan, out);
   ++totals_.steps;
   for (const ScheduledSpan& span : plan.spans)
     if (Sequence& s = *sequences_.at(span.sequence_id); s.slot >= 0)
@@ -241,6 +274,7 @@ std::vector<TokenEvent> Engine::step() {
 
   const auto& eos = model_.config().eos_token_ids;
   const int64_t vocab = model_.config().vocab_size;
+  std::vector<DraftJob> jobs;  // speculative decoding: the MTP layer's work after this step
   for (size_t i = 0; i < plan.spans.size(); ++i) {
     const ScheduledSpan& span = plan.spans[i];
     SpanOutput& o = out.spans[i];
@@ -257,37 +291,139 @@ std::vector<TokenEvent> Engine::step() {
     }
     if (!span.samples) {
       if (s.handoff.exports() && span.end() == static_cast<int64_t>(s.prompt.size())) export_state(s, events);
+      else if (s.spec.enabled) collect_streams(s, span, o, jobs);
       continue;
     }
-    const int32_t token = o.tokens.at(0);
-    const bool first = s.output.empty();
-    s.output.push_back(token);
-    s.history.add_output(token);
-    ++totals_.generated_tokens;
-    TokenEvent e{s.request_id, s.index, token, o.logprob, std::move(o.top_logprobs), false, FinishReason::None, {}, {}};
-    if (first) {
-      e.cached_tokens = reported_cached_tokens(s);
-      s.handoff.incoming.reset();  // its bytes are done with: a preempted sequence is recomputed (or restored from the cache)
+    // One event per token: a span that verified drafts emits the accepted ones and the token after them, up to the
+    // first that ends the sequence (EOS, a stop id, max_tokens): the rest are dropped, never emitted.
+    SpeculativeCounts counts;
+    if (!span.drafts.empty()) {
+      counts.verify_steps = 1;
+      counts.verified = static_cast<int64_t>(span.drafts.size());
+      counts.accepted = o.accepted;
+      for (size_t j = 0; j < span.drafts.size(); ++j) counts.add_position(j, static_cast<int64_t>(j) < o.accepted);
     }
-    if (span.all_logits) {
-      e.logits.assign(o.logits.end() - vocab, o.logits.end());
-      if (first) e.prompt_logits = std::move(s.prompt_logits);
+    std::optional<FinishReason> ends;
+    for (size_t t = 0; t < o.tokens.size() && !ends; ++t) {
+      const int32_t token = o.tokens[t];
+      const bool first = s.output.empty();
+      s.output.push_back(token);
+      s.history.add_output(token);
+      ++totals_.generated_tokens;
+      if (!span.drafts.empty()) ++counts.emitted;
+      TokenEvent e{s.request_id, s.index, token, o.logprob, {}, false, FinishReason::None, {}, {}, 0, false, std::nullopt};
+      if (t == 0) {
+        e.top_logprobs = std::move(o.top_logprobs);
+      } else if (t - 1 < o.later_logprobs.size()) {  // logprobs were asked
+        e.logprob = o.later_logprobs[t - 1].logprob;
+        e.top_logprobs = std::move(o.later_logprobs[t - 1].top);
+      } else {
+        e.logprob = 0;
+      }
+      e.drafted = static_cast<int64_t>(t) < o.accepted;
+      if (first) {
+        e.cached_tokens = reported_cached_tokens(s);
+        s.handoff.incoming.reset();  // its bytes are done with: a preempted sequence is recomputed (or restored from the cache)
+      }
+      if (span.all_logits) {
+        e.logits.assign(o.logits.end() - vocab, o.logits.end());
+        if (first) e.prompt_logits = std::move(s.prompt_logits);
+      }
+      events.push_back(std::move(e));
+      const bool stop_id = std::find(s.params.stop_token_ids.begin(), s.params.stop_token_ids.end(), token) !=
+                           s.params.stop_token_ids.end();
+      const bool eos_id = !s.params.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end();
+      // A grammar that refuses the pick (a pick outside its mask: never, short of a bug) ends the sequence; one
+      // that accepted its end stops it, ignore_eos or not.
+      if (refused[i]) ends = FinishReason::Abort;
+      else if (stop_id || eos_id || (s.constrained && s.constrained->terminated())) ends = FinishReason::Stop;
+      else if (static_cast<int64_t>(s.output.size()) >= s.params.max_tokens || s.num_tokens() >= cfg_.max_model_len)
+        ends = FinishReason::Length;
     }
-    events.push_back(std::move(e));
-    const bool stop_id = std::find(s.params.stop_token_ids.begin(), s.params.stop_token_ids.end(), token) !=
-                         s.params.stop_token_ids.end();
-    const bool eos_id = !s.params.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end();
-    // A grammar that refuses the pick (a pick outside its mask: never, short of a bug) ends the sequence; one
-    // that accepted its end stops it, ignore_eos or not.
-    if (refused[i])
-      finish(s, FinishReason::Abort, events, true);
-    else if (stop_id || eos_id || (s.constrained && s.constrained->terminated()))
-      finish(s, FinishReason::Stop, events, true);
-    else if (static_cast<int64_t>(s.output.size()) >= s.params.max_tokens || s.num_tokens() >= cfg_.max_model_len)
-      finish(s, FinishReason::Length, events, true);
+    if (!span.drafts.empty()) counts.truncated = static_cast<int64_t>(o.tokens.size()) - counts.emitted;
+    s.spec.counts += counts;
+    totals_.speculative += counts;
+    if (ends) {
+      finish(s, *ends, events, true);
+      continue;
+    }
+    if (s.spec.enabled) collect_streams(s, span, o, jobs);
+  }
+  if (!jobs.empty()) {
+    const int64_t proposed = drafter_.draft(jobs);
+    totals_.speculative.drafted += proposed;
+    for (DraftJob& job : jobs) job.seq->spec.counts.drafted += static_cast<int64_t>(job.seq->spec.tokens.size());
   }
   totals_.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
   return events;
+}
+
+void Engine::plan_drafts() {
+  std::vector<Sequence*> decoding;
+  std::vector<std::vector<float>> probs;
+  int64_t decodes = 0;
+  for (const auto& [id, s] : sequences_) {
+    if (s->status != SequenceStatus::Running || s->awaiting_state || s->num_uncomputed() != 1) continue;
+    ++decodes;
+    s->spec.planned = 0;
+    if (s->spec.tokens.empty()) continue;
+    decoding.push_back(s.get());
+    probs.push_back(s->spec.probs);
+  }
+  // The step's other rows (prefill chunks) are left out of the cost: the plan is made before the scheduler chunks.
+  const std::vector<int64_t> take = engine::plan_drafts(probs, decodes, decodes, cfg_.speculative.step_cost_rows);
+  for (size_t i = 0; i < decoding.size(); ++i) decoding[i]->spec.planned = take[i];
+}
+
+void Engine::fill_draft_checks(ScheduledSpan& span, Sequence& s) {
+  // Draft j stands at output position output.size() + j; the row after it picks position output.size() + j + 1,
+  // with the draft in the history (penalties see the tokens before the one they pick, as without drafts).
+  TokenHistory history = s.history;
+  for (size_t j = 0; j < span.drafts.size(); ++j) {
+    DraftToken& d = span.drafts[j];
+    const uint64_t index = s.output.size() + j;
+    if (j < s.spec.dists.size()) d.q = std::move(s.spec.dists[j]);
+    d.accept_uniform = accept_uniform(s.seed, index);
+    d.residual_uniform = residual_uniform(s.seed, index);
+    history.add_output(d.id);
+    d.next = SpanSampling{s.params.processes_logits() ? penalties_of(s.params, history) : model::RowPenalties{},
+                          pick_of(s.params, s.seed, index + 1), s.params.logprobs, nullptr};
+  }
+}
+
+void Engine::collect_streams(Sequence& s, const ScheduledSpan& span, SpanOutput& o, std::vector<DraftJob>& jobs) {
+  SequenceDrafts& d = s.spec;
+  if (o.streams_from >= 0 && o.streams.rows > 0) {
+    if (d.streams_from >= 0 && d.streams_from + d.streams.rows == o.streams_from) {
+      d.streams.v.insert(d.streams.v.end(), o.streams.v.begin(), o.streams.v.end());
+      d.streams.rows += o.streams.rows;
+    } else {
+      d.streams = std::move(o.streams);
+      d.streams_from = o.streams_from;
+    }
+    // Only the last `window` positions reach the next draft (the MTP layer is window-only).
+    const int64_t window = model_.config().sliding_window;
+    if (d.streams.rows > window) {
+      const int64_t drop = d.streams.rows - window;
+      d.streams.v.erase(d.streams.v.begin(), d.streams.v.begin() + drop * d.streams.cols);
+      d.streams.rows = window;
+      d.streams_from += drop;
+    }
+  }
+  d.clear_drafts();  // whatever was proposed before this step has been verified (or was not used)
+  if (!span.samples) return;
+  // The catch-up must end at the last computed position (its next token is the one just sampled).
+  if (d.streams_from < 0 || d.streams_from + d.streams.rows != s.num_computed) {
+    d.streams = Mat();
+    d.streams_from = -1;
+    return;
+  }
+  const int64_t remaining = std::min(s.params.max_tokens - static_cast<int64_t>(s.output.size()),
+                                     cfg_.max_model_len - s.num_tokens());
+  DraftJob job{&s, d.streams_from, std::move(d.streams), std::min(cfg_.speculative.tokens, remaining - 1)};
+  d.streams = Mat();
+  d.streams_from = -1;
+  if (job.max_drafts > 0) jobs.push_back(std::move(job));
 }
 
 EngineStats Engine::stats() const {

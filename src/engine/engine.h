@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cache/prefix_cache.h"
+#include "engine/drafter.h"
 #include "engine/imported_state_connector.h"
 #include "engine/model_runner.h"
 #include "engine/prefix_cache_connector.h"
@@ -28,6 +29,8 @@ struct EngineConfig {
   model::LayerObserver observe;
   // The KV-cache system (cache/prefix_cache.h): prompts resume from cached prefixes; null: off.
   std::shared_ptr<cache::PrefixCache> cache;
+  // Speculative decoding with the model's MTP layer (docs/mtp.md); off by default.
+  SpeculativeConfig speculative;
 };
 
 struct TokenEvent {
@@ -44,6 +47,10 @@ struct TokenEvent {
   // On a sequence's first event: its prompt tokens restored from the prefix cache instead of computed (with an
   // imported state: those the other engine's cache held).
   int64_t cached_tokens = 0;
+  // Speculative decoding: `token` is a draft the verification accepted (not the step's bonus or corrected token);
+  // on the finishing event of a sequence that speculated, what speculation did for it.
+  bool drafted = false;
+  std::optional<SpeculativeCounts> speculative;
 };
 
 struct EngineStats {
@@ -69,6 +76,8 @@ struct EngineStats {
   // Prompt tokens not yet computed of the waiting and prefilling sequences: the prefill work queued here (a
   // router's load signal, server/load_report.h).
   int64_t queued_prefill_tokens = 0;
+  // Speculative decoding (engine/speculative_counts.h): drafted, verified, accepted, emitted, by draft position.
+  SpeculativeCounts speculative;
 };
 
 class Engine {
@@ -109,12 +118,20 @@ class Engine {
   // On a sequence's first token or state export: the prompt tokens its usage reports as cached.
   int64_t reported_cached_tokens(Sequence& s);
   void export_state(Sequence& s, std::vector<TokenEvent>& events);
+  // Speculative decoding: how many drafts each decoding sequence verifies this step (SequenceDrafts::planned).
+  void plan_drafts();
+  // A sampling span's drafts get what verifying them needs: their draws, and each next row's sampling settings.
+  void fill_draft_checks(ScheduledSpan& span, Sequence& s);
+  // After a step: the sequence's new last-layer streams join what the MTP layer has yet to consume, and a span that
+  // sampled makes a draft job (its catch-up rows and how many drafts it may use).
+  void collect_streams(Sequence& s, const ScheduledSpan& span, SpanOutput& o, std::vector<DraftJob>& jobs);
 
   const model::Model& model_;
   EngineConfig cfg_;
   model::StatePool pool_;
   Scheduler scheduler_;
   ModelRunner runner_;
+  Drafter drafter_;
   // The state connectors (engine/state_connector.h), asked in this order.
   std::unique_ptr<ImportedStateConnector> imported_;
   std::unique_ptr<PrefixCacheConnector> prefix_cache_;  // null without a cache

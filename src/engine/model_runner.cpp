@@ -1,11 +1,55 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <span>
 
+#include "backend/cpu/sampling.h"
 #include "core/error.h"
 #include "engine/sampler.h"
+#include "engine/speculative_sampling.h"
 
 namespace strata::engine {
+
+namespace {
+
+// Speculative verification of a span's drafts (docs/mtp.md): draft j is checked against row j's distribution, in
+// order, until one is rejected. Greedy rows accept a draft that is their pick (so the output is the plain greedy
+// decode's); sampled rows run speculative sampling's rule (engine/speculative_sampling.h) on the processed
+// distribution the pick draws from. The accepted drafts, then the token of the first row not accepted (the residual
+// draw on a rejection, else the last row's pick: the bonus token), go into `tokens`; answers how many were accepted.
+template <class Pick, class Raw>
+int64_t accept_drafts(const ScheduledSpan& span, const Pick& pick, const Raw& raw_row, std::vector<int32_t>& tokens) {
+  for (size_t j = 0; j < span.drafts.size(); ++j) {
+    const DraftToken& d = span.drafts[j];
+    const SpanSampling& row = j == 0 ? *span.sampling : span.drafts[j - 1].next;
+    const auto r = static_cast<int64_t>(j);
+    if (row.pick.greedy()) {
+      if (pick(r) != d.id) {
+        tokens.push_back(pick(r));
+        return r;
+      }
+    } else {
+      std::vector<float> work(raw_row(r).begin(), raw_row(r).end());
+      cpu::apply_penalties(work, row.penalties);
+      const std::vector<float> p = pick_distribution(work, row.pick);
+      std::vector<float> point;
+      if (d.q.empty()) {
+        point.assign(p.size(), 0.0f);
+        point[static_cast<size_t>(d.id)] = 1.0f;
+      }
+      const DraftVerdict v = verify_draft(p, d.q.empty() ? point : d.q, d.id, d.accept_uniform, d.residual_uniform);
+      if (!v.accepted) {
+        tokens.push_back(v.token);
+        return r;
+      }
+    }
+    tokens.push_back(d.id);
+  }
+  tokens.push_back(pick(static_cast<int64_t>(span.drafts.size())));
+  return static_cast<int64_t>(span.drafts.size());
+}
+
+}  // namespace
 
 ModelRunner::ModelRunner(const model::Model& model, model::StatePool& pool, model::LayerObserver observe)
     : model_(model), pool_(pool), observe_(std::move(observe)) {}
@@ -28,12 +72,13 @@ StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late)
   if (!late.spans.empty() && !late.build) fail("model runner: late masks for ", late.spans.size(), " spans, but nothing builds them");
 
   // The model's chunks, and the sampling stage over their logits rows (numbered chunk after chunk: every row of an
-  // all_logits span, else only its last).
+  // all_logits span or of a span with drafts, else only its last). A span with drafts is its token and the drafts
+  // after it, in one chunk: row j picks the token in draft j + 1's place (the verification's target).
   std::vector<model::SequenceChunk> chunks;
   chunks.reserve(plan.spans.size());
   model::LogitsStage stage;
-  std::vector<int64_t> first_row(plan.spans.size()), pick_request(plan.spans.size(), -1);
-  int64_t rows = 0;
+  std::vector<int64_t> first_row(plan.spans.size()), first_pick(plan.spans.size(), -1), first_stream(plan.spans.size(), -1);
+  int64_t rows = 0, step_rows = 0;
   for (size_t i = 0; i < plan.spans.size(); ++i) {
     const ScheduledSpan& span = plan.spans[i];
     model::SequenceState& state = pool_.slot(span.slot);
@@ -43,22 +88,44 @@ StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late)
     if (span.samples != span.sampling.has_value())
       fail("model runner: sequence ", span.sequence_id, span.samples ? " samples without" : " has sampling settings but does not sample",
            " sampling settings");
-    if (!span.draft_tokens.empty())
-      fail("model runner: sequence ", span.sequence_id, " asks for draft verification, which this runner does not do yet");
-    chunks.push_back({span.tokens, &state, span.all_logits});
-    const int64_t count = span.all_logits ? static_cast<int64_t>(span.tokens.size()) : 1;
+    const bool verifies = !span.drafts.empty();
+    if (verifies && (!span.samples || span.tokens.size() != 1 || span.all_logits || late_mask[i] || span.sampling->allowed))
+      fail("model runner: sequence ", span.sequence_id, " asks to verify ", span.drafts.size(),
+           " drafts, but only a sampling decode span of one token without logits capture or grammar mask may");
+    model::SequenceChunk chunk{span.tokens, &state, span.all_logits || verifies};
+    for (const DraftToken& d : span.drafts) {
+      if (d.id < 0 || d.id >= vocab) fail("model runner: sequence ", span.sequence_id, "'s draft token ", d.id, " is outside the vocabulary [0, ", vocab, ")");
+      if (!d.q.empty() && static_cast<int64_t>(d.q.size()) != vocab)
+        fail("model runner: sequence ", span.sequence_id, "'s draft distribution has ", d.q.size(), " entries for a vocabulary of ", vocab);
+      chunk.tokens.push_back(d.id);
+    }
+    const auto span_rows = static_cast<int64_t>(chunk.tokens.size());
+    if (span.streams_from >= 0) {
+      first_stream[i] = static_cast<int64_t>(stage.stream_rows.size());
+      for (int64_t r = std::max<int64_t>(0, span.streams_from - span.start); r < span_rows; ++r)
+        stage.stream_rows.push_back(step_rows + r);
+    }
+    step_rows += span_rows;
+    chunks.push_back(std::move(chunk));
+    const int64_t count = chunks.back().all_logits ? span_rows : 1;
     first_row[i] = rows;
     for (int64_t r = 0; r < count; ++r) {
-      const bool last = r + 1 == count;
+      // The sampling settings of this row: the span's own for its token's row, draft r's "next" after it.
+      const int64_t pick_from = verifies ? r : r - (count - 1);
+      const SpanSampling* sampling = !span.sampling || pick_from < 0 ? nullptr
+                                     : pick_from == 0 ? &*span.sampling
+                                                      : &span.drafts[static_cast<size_t>(pick_from - 1)].next;
       model::LogitsRowRequest req{rows + r, span.all_logits, {}, std::nullopt, nullptr};
-      if (last && span.sampling) {
-        req.raw_home = req.raw_home || span.sampling->logprobs.has_value();
-        req.penalties = span.sampling->penalties;
-        req.pick = span.sampling->pick;
-        req.allowed = span.sampling->allowed;
+      if (sampling) {
+        // Sampling verification reads the target distribution of every row that checks a draft.
+        const bool checks_sampled_draft = verifies && r < count - 1 && !sampling->pick.greedy();
+        req.raw_home = req.raw_home || sampling->logprobs.has_value() || checks_sampled_draft;
+        req.penalties = sampling->penalties;
+        req.pick = sampling->pick;
+        req.allowed = sampling->allowed;
         // Late masks come in span order, which is the stage's row order (rows are numbered chunk after chunk).
         req.allowed_late = late_mask[i];
-        pick_request[i] = static_cast<int64_t>(stage.rows.size());
+        if (pick_from == 0) first_pick[i] = static_cast<int64_t>(stage.rows.size());
       }
       if (req.raw_home || req.pick) stage.rows.push_back(std::move(req));
     }
@@ -73,6 +140,7 @@ StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late)
   std::vector<int64_t> raw_index(static_cast<size_t>(rows), -1);
   for (int64_t r = 0, next = 0; r < static_cast<int64_t>(stage.rows.size()); ++r)
     if (stage.rows[r].raw_home) raw_index[stage.rows[r].row] = next++;
+  auto raw_row = [&](int64_t logits_row) { return std::span<const float>(home.raw.row(raw_index[logits_row]), static_cast<size_t>(vocab)); };
   out.spans.reserve(plan.spans.size());
   for (size_t i = 0; i < plan.spans.size(); ++i) {
     const ScheduledSpan& span = plan.spans[i];
@@ -82,20 +150,44 @@ StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late)
     if (span.all_logits) {
       o.logits.reserve(static_cast<size_t>(count * vocab));
       for (int64_t r = 0; r < count; ++r) {
-        const float* row = home.raw.row(raw_index[first_row[i] + r]);
-        o.logits.insert(o.logits.end(), row, row + vocab);
+        const std::span<const float> row = raw_row(first_row[i] + r);
+        o.logits.insert(o.logits.end(), row.begin(), row.end());
       }
     }
-    if (pick_request[i] >= 0) {
-      SampledToken t;
-      t.id = home.picks[static_cast<size_t>(pick_request[i])];
-      if (span.sampling->logprobs) {
-        const float* row = home.raw.row(raw_index[first_row[i] + count - 1]);
-        add_logprobs({row, static_cast<size_t>(vocab)}, *span.sampling->logprobs, t);
-        o.logprob = t.logprob;
-        o.top_logprobs = std::move(t.top);
+    if (first_pick[i] >= 0) {
+      // The span's token rows' picks, request after request (with drafts: one per row, the span's token's first).
+      const auto pick = [&](int64_t r) { return home.picks[static_cast<size_t>(first_pick[i] + r)]; };
+      if (span.drafts.empty()) {
+        o.tokens.push_back(pick(0));
+      } else {
+        o.accepted = accept_drafts(span, pick, [&](int64_t r) { return raw_row(first_row[i] + r); }, o.tokens);
+        // The state keeps the span's token and the accepted drafts; the rows written for the others are dropped.
+        if (o.accepted < static_cast<int64_t>(span.drafts.size()))
+          model_.rollback(pool_.slot(span.slot), span.start + 1 + o.accepted);
       }
-      o.tokens.push_back(t.id);
+      if (span.sampling->logprobs)
+        for (size_t t = 0; t < o.tokens.size(); ++t) {
+          SampledToken st;
+          st.id = o.tokens[t];
+          const int64_t row = span.drafts.empty() ? count - 1 : static_cast<int64_t>(t);
+          add_logprobs(raw_row(first_row[i] + row), *span.sampling->logprobs, st);
+          if (t == 0) {
+            o.logprob = st.logprob;
+            o.top_logprobs = std::move(st.top);
+          } else {
+            o.later_logprobs.push_back({st.logprob, std::move(st.top)});
+          }
+        }
+    }
+    if (first_stream[i] >= 0) {
+      // Positions streams_from onward of the rows the state kept.
+      const int64_t from = std::max(span.streams_from, span.start);
+      const int64_t kept_end = span.drafts.empty() ? span.end() : span.start + 1 + o.accepted;
+      o.streams_from = from;
+      o.streams = Mat(std::max<int64_t>(0, kept_end - from), home.streams.cols);
+      if (o.streams.rows > 0)
+        std::copy(home.streams.row(first_stream[i]), home.streams.row(first_stream[i]) + o.streams.rows * o.streams.cols,
+                  o.streams.v.begin());
     }
     out.spans.push_back(std::move(o));
   }

@@ -59,7 +59,13 @@ int64_t Scheduler::span_tokens(const Sequence& s, int64_t budget) const {
 StepPlan Scheduler::plan_step() {
   StepPlan plan;
   int64_t budget = cfg_.max_num_batched_tokens;
-  auto schedule = [&](Sequence* s, int64_t count) {
+  // A decode's drafts (speculative decoding: as many as the engine planned, engine/draft_planner.h) go into its span
+  // while the budget lasts; they are verified in the same forward.
+  auto drafts_of = [&](const Sequence& s, int64_t count) -> int64_t {
+    if (count != 1 || s.num_uncomputed() != 1) return 0;
+    return std::clamp<int64_t>(std::min<int64_t>(s.spec.planned, static_cast<int64_t>(s.spec.tokens.size())), 0, budget - 1);
+  };
+  auto schedule = [&](Sequence* s, int64_t count, int64_t drafts) {
     ScheduledSpan span;
     span.sequence_id = s->id;
     span.slot = s->slot;
@@ -69,8 +75,9 @@ StepPlan Scheduler::plan_step() {
     // A sequence that hands its state to another engine (prefill/decode disaggregation) samples nothing here.
     span.samples = span.end() == s->num_tokens() && !s->handoff.exports();
     span.all_logits = s->params.capture_logits;
+    for (int64_t j = 0; j < drafts; ++j) span.drafts.push_back({s->spec.tokens[static_cast<size_t>(j)], {}, 0, 0, {}});
     plan.spans.push_back(std::move(span));
-    budget -= count;
+    budget -= count + drafts;
   };
 
   // Running sequences, oldest first: decodes and continuing prefills. A sequence that cannot get its blocks
@@ -82,8 +89,11 @@ StepPlan Scheduler::plan_step() {
       continue;
     }
     const int64_t count = span_tokens(*s, budget);
-    if (pool_.reserve(pool_.slot(s->slot), count)) {
-      schedule(s, count);
+    // Drafts only where their blocks are free: a decode without them never preempts anyone for them.
+    int64_t drafts = drafts_of(*s, count);
+    if (drafts > 0 && !pool_.reserve(pool_.slot(s->slot), count + drafts)) drafts = 0;
+    if (drafts > 0 || pool_.reserve(pool_.slot(s->slot), count)) {
+      schedule(s, count, drafts);
       ++i;
       continue;
     }
@@ -129,7 +139,7 @@ StepPlan Scheduler::plan_step() {
     s->slot = *slot;
     s->status = SequenceStatus::Running;
     running_.push_back(s);
-    schedule(s, count);
+    schedule(s, count, 0);
   }
   return plan;
 }
@@ -140,8 +150,12 @@ Sequence& Scheduler::known(uint64_t id) const {
   return *it->second;
 }
 
-void Scheduler::commit(const StepPlan& plan) {
-  for (const ScheduledSpan& s : plan.spans) known(s.sequence_id).num_computed += static_cast<int64_t>(s.tokens.size());
+void Scheduler::commit(const StepPlan& plan, const StepOutput& out) {
+  if (out.spans.size() != plan.spans.size())
+    fail("scheduler: a step output of ", out.spans.size(), " spans for a plan of ", plan.spans.size());
+  // With drafts, the state kept the span's token and the accepted ones (the runner rolled back the rest).
+  for (size_t i = 0; i < plan.spans.size(); ++i)
+    known(plan.spans[i].sequence_id).num_computed += static_cast<int64_t>(plan.spans[i].tokens.size()) + out.spans[i].accepted;
 }
 
 }  // namespace strata::engine

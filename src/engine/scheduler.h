@@ -40,7 +40,8 @@ class Scheduler {
   // Which spans run next (engine/step_plan.h: plain data, sequences by id, states by slot). Sampling settings are
   // left for the engine to fill in.
   StepPlan plan_step();
-  void commit(const StepPlan& plan);  // after the step ran: advance num_computed
+  // After the step ran: advance num_computed by what each span's state kept (its tokens and accepted drafts).
+  void commit(const StepPlan& plan, const StepOutput& out);
 
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }

@@ -9,7 +9,9 @@
 
 #include "engine/output_constraint.h"
 #include "engine/sampler.h"
+#include "core/tensor.h"
 #include "engine/sampling_params.h"
+#include "engine/speculative_counts.h"
 #include "engine/state_stream.h"
 #include "model/token_blocks.h"
 
@@ -54,6 +56,31 @@ struct StateHandoff {
   std::shared_ptr<StateStream> incoming;
   bool exports() const { return export_to != nullptr; }
 };
+// Speculative decoding with the model's MTP layer (engine/drafter.h, docs/mtp.md): the drafts proposed for the
+// positions after the sequence's last token, and the main model's last-layer streams the MTP layer has not
+// consumed yet.
+struct SequenceDrafts {
+  bool enabled = false;  // it speculates: the engine's option is on, and no grammar, logits capture or state export
+  std::vector<int32_t> tokens;            // d_1, d_2, … for positions num_tokens(), num_tokens() + 1, …
+  std::vector<float> probs;               // the draft distribution's probability of each (the planner's confidence)
+  std::vector<std::vector<float>> dists;  // each one's draft distribution q (sampling); empty when greedy
+  int64_t planned = 0;                    // how many of them the next step verifies (engine/draft_planner.h)
+  Mat streams;                            // main model's last-layer streams of positions streams_from onward
+  int64_t streams_from = -1;
+  SpeculativeCounts counts;
+  void clear_drafts() {
+    tokens.clear();
+    probs.clear();
+    dists.clear();
+    planned = 0;
+  }
+  void clear() {  // preempted: its state, and the MTP layer's with it, is gone
+    clear_drafts();
+    streams = Mat();
+    streams_from = -1;
+  }
+};
+
 enum class SequenceStatus { Waiting, Running, Finished };
 enum class FinishReason { None, Stop, Length, Abort };
 const char* to_string(FinishReason r);  // OpenAI spellings: "stop", "length", "abort"
@@ -82,6 +109,7 @@ struct Sequence {
   StateHandoff handoff;
   bool imported = false;        // its state at the first token came from handoff.incoming
   bool awaiting_state = false;  // holds its slot while handoff.incoming's layers are restored: not scheduled
+  SequenceDrafts spec;
 
   int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }
   int32_t token_at(int64_t i) const {

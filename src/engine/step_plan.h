@@ -22,6 +22,18 @@ struct SpanSampling {
   std::shared_ptr<const model::TokenMask> allowed;
 };
 
+// One draft token a sampling span verifies (speculative decoding, docs/mtp.md). Draft j is checked against the
+// logits row before it (row j of the span's tokens + drafts), which picks the token in its place.
+struct DraftToken {
+  int32_t id = 0;
+  // The distribution it was drawn from (sampling, over the vocabulary); empty: a point mass on id (greedy drafts,
+  // the test hook's).
+  std::vector<float> q;
+  double accept_uniform = 0, residual_uniform = 0;  // the verification's draws (counter_uniform of its position)
+  // The sampling settings of the row after it, whose pick follows this draft (the draft joined the history).
+  SpanSampling next;
+};
+
 // A transfer of state between this engine and a store or another engine (the KV-cache and PD-disaggregation
 // connectors fill these in; nothing produces them yet).
 struct KvTransfer {
@@ -41,7 +53,12 @@ struct ScheduledSpan {
   bool samples = false;          // the span reaches the end of the known tokens: the next token is picked
   bool all_logits = false;       // every row's raw logits come home (a logits capture), not only the last
   std::optional<SpanSampling> sampling;  // set when `samples`
-  std::vector<int32_t> draft_tokens;     // speculative decoding: proposed continuations to verify (none yet)
+  // Speculative decoding: tokens proposed after `tokens` (a decode's one token), verified in the same forward; the
+  // runner keeps the accepted ones and rolls the state back past the rest.
+  std::vector<DraftToken> drafts;
+  // The last layer's residual streams of positions ≥ streams_from of this span come home (-1: none), what the MTP
+  // layer drafts from; with drafts, only the kept rows' are returned.
+  int64_t streams_from = -1;
   int64_t end() const { return start + static_cast<int64_t>(tokens.size()); }
 };
 
@@ -51,10 +68,15 @@ struct StepPlan {
   std::vector<KvTransfer> kv_transfers;  // before the forward: loads; after it: saves (none yet)
   int64_t num_tokens() const {
     int64_t n = 0;
-    for (const ScheduledSpan& s : spans) n += static_cast<int64_t>(s.tokens.size());
+    for (const ScheduledSpan& s : spans) n += static_cast<int64_t>(s.tokens.size() + s.drafts.size());
     return n;
   }
   bool empty() const { return spans.empty(); }
+};
+
+struct TokenLogprobs {
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
 };
 
 // What the runner answers for one span.
@@ -64,7 +86,10 @@ struct SpanOutput {
   int64_t accepted = 0;         // draft tokens accepted (speculative decoding; 0 without drafts)
   float logprob = 0;            // of tokens[0], under the raw logits (when logprobs were asked)
   std::vector<std::pair<int32_t, float>> top_logprobs;
+  std::vector<TokenLogprobs> later_logprobs;  // of tokens[1..] (accepted drafts' rows), when logprobs were asked
   std::vector<float> logits;    // with all_logits: the span's raw logits rows, [rows, vocab] row-major
+  Mat streams;                  // with streams_from: the last layer's streams of positions streams_from onward
+  int64_t streams_from = -1;    // (with drafts, up to the last kept position)
 };
 
 struct StepOutput {

@@ -189,6 +189,28 @@ std::string Metrics::render(const engine::EngineStats& stats, int64_t max_sequen
   w.single("strata_num_preemptions_total", "counter", "Sequences preempted (state freed, recomputed later).",
            d(stats.preemptions));
   w.single("strata_engine_steps_total", "counter", "Engine steps run.", d(stats.steps));
+  {
+    // Speculative decoding (docs/mtp.md, "Accounting"): true counts; the figures derived from them (acceptance
+    // rate, mean accepted length) are the dashboard's division.
+    const engine::SpeculativeCounts& sp = stats.speculative;
+    w.single("strata_spec_decode_draft_tokens_total", "counter", "Tokens the MTP layer drafted.", d(sp.drafted));
+    w.single("strata_spec_decode_verified_tokens_total", "counter", "Draft tokens put into a verification forward.",
+             d(sp.verified));
+    w.single("strata_spec_decode_accepted_tokens_total", "counter", "Verified draft tokens accepted.", d(sp.accepted));
+    w.single("strata_spec_decode_verify_steps_total", "counter",
+             "Sequence-steps that verified at least one draft (each also yields one bonus or corrected token).",
+             d(sp.verify_steps));
+    w.single("strata_spec_decode_emitted_tokens_total", "counter",
+             "Tokens those steps emitted, after truncation at EOS, stop ids and max_tokens.", d(sp.emitted));
+    w.single("strata_spec_decode_truncated_tokens_total", "counter",
+             "Tokens those steps produced past a sequence's end (never emitted).", d(sp.truncated));
+    w.header("strata_spec_decode_verified_by_position_total", "counter", "Verified drafts by draft position (0: first).");
+    for (size_t j = 0; j < sp.verified_at.size(); ++j)
+      w.sample("strata_spec_decode_verified_by_position_total", d(sp.verified_at[j]), "position=\"" + std::to_string(j) + "\"");
+    w.header("strata_spec_decode_accepted_by_position_total", "counter", "Accepted drafts by draft position (0: first).");
+    for (size_t j = 0; j < sp.accepted_at.size(); ++j)
+      w.sample("strata_spec_decode_accepted_by_position_total", d(sp.accepted_at[j]), "position=\"" + std::to_string(j) + "\"");
+  }
   w.single("strata_grammar_masks_total", "counter",
            "Allowed-token masks built for constrained sequences (structured outputs, tool_choice).", d(stats.grammar_masks));
   w.single("strata_grammar_mask_seconds_total", "counter",

@@ -25,7 +25,9 @@ class SchedulerTest : public ::testing::Test {
     std::vector<model::SequenceChunk> chunks;
     for (const ScheduledSpan& c : plan.spans) chunks.push_back({c.tokens, &pool.slot(c.slot), false});
     if (!chunks.empty()) model_->forward_batch(chunks);
-    sch.commit(plan);
+    StepOutput out;
+    out.spans.resize(plan.spans.size());  // no drafts: every span keeps its tokens
+    sch.commit(plan, out);
     for (const ScheduledSpan& c : plan.spans)
       if (c.samples)
         for (Sequence* s : seqs)

@@ -1,0 +1,114 @@
+#include "engine/drafter.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/sampling.h"
+#include "core/error.h"
+#include "engine/sampler.h"
+#include "engine/speculative_sampling.h"
+
+namespace strata::engine {
+
+namespace {
+
+// Output positions stay far below 2^56, so the stream number in the top byte keeps the draws apart.
+double stream_uniform(uint64_t seed, uint64_t index, uint64_t stream) { return counter_uniform(seed, index | (stream << 56)); }
+
+// One chain's drafting state while the steps run.
+struct Chain {
+  DraftJob* job;
+  model::SequenceState* state;
+  TokenHistory history;  // the sequence's, with the drafts so far
+  Mat streams;           // the MTP layer's output streams of the last row
+  bool going = true;
+};
+
+}  // namespace
+
+double draft_uniform(uint64_t seed, uint64_t index) { return stream_uniform(seed, index, 1); }
+double accept_uniform(uint64_t seed, uint64_t index) { return stream_uniform(seed, index, 2); }
+double residual_uniform(uint64_t seed, uint64_t index) { return stream_uniform(seed, index, 3); }
+
+Drafter::Drafter(const model::Model& model, model::StatePool& pool, const SpeculativeConfig& config)
+    : model_(model), pool_(pool), cfg_(config) {}
+
+int64_t Drafter::draft(std::vector<DraftJob>& jobs) {
+  std::vector<Chain> chains;
+  std::vector<model::DraftChunk> chunks;
+  for (DraftJob& job : jobs) {
+    Sequence& s = *job.seq;
+    s.spec.clear_drafts();
+    if (job.max_drafts <= 0 || job.streams.rows == 0) continue;
+    model::SequenceState& state = pool_.slot(s.slot);
+    int64_t& at = state.mtp_tokens.at(0);
+    if (at > job.first) state.rollback_mtp(0, job.first);
+    else at = job.first;
+    model::DraftChunk c;
+    c.streams = std::move(job.streams);
+    for (int64_t p = job.first; p < job.first + c.streams.rows; ++p) c.tokens.push_back(s.token_at(p + 1));
+    c.state = &state;
+    chunks.push_back(std::move(c));
+    chains.push_back({&job, &state, s.history, {}, true});
+  }
+  int64_t proposed = 0;
+  while (!chunks.empty()) {
+    // One logits row per chunk (its last), raw home: the draft is chosen here, from the processed distribution.
+    model::LogitsStage stage;
+    for (int64_t r = 0; r < static_cast<int64_t>(chunks.size()); ++r) stage.rows.push_back({r, true, {}, std::nullopt, nullptr});
+    const model::DraftOutput out = model_.run_draft(chunks, stage, 0);
+    const int64_t vocab = model_.config().vocab_size;
+    std::vector<Chain*> going;
+    for (Chain& ch : chains) if (ch.going) going.push_back(&ch);
+    for (size_t c = 0; c < going.size(); ++c) {
+      Chain& ch = *going[c];
+      Sequence& s = *ch.job->seq;
+      std::vector<float> work(out.logits.raw.row(static_cast<int64_t>(c)), out.logits.raw.row(static_cast<int64_t>(c)) + vocab);
+      if (s.params.processes_logits()) cpu::apply_penalties(work, penalties_of(s.params, ch.history));
+      const uint64_t index = s.output.size() + s.spec.tokens.size();
+      int32_t id = 0;
+      float prob = 1.0f;
+      std::vector<float> q;
+      if (s.params.greedy()) {
+        id = static_cast<int32_t>(std::max_element(work.begin(), work.end()) - work.begin());
+        double z = 0;
+        for (float l : work) z += std::exp(static_cast<double>(l - work[static_cast<size_t>(id)]));
+        prob = static_cast<float>(1.0 / z);
+      } else {
+        q = pick_distribution(work, pick_of(s.params, s.seed, index));
+        id = draw_from(q, draft_uniform(s.seed, index));
+        prob = q[static_cast<size_t>(id)];
+      }
+      if (cfg_.test_draft)
+        if (const std::optional<int32_t> forced = cfg_.test_draft(s, s.spec.tokens)) {
+          id = *forced;
+          prob = 1.0f;
+          q.clear();  // a point mass on the forced token
+        }
+      if (prob < cfg_.min_prob) {
+        ch.going = false;
+        continue;
+      }
+      s.spec.tokens.push_back(id);
+      s.spec.probs.push_back(prob);
+      s.spec.dists.push_back(std::move(q));
+      ++proposed;
+      ch.history.add_output(id);
+      // A draft that would end the sequence (EOS, a stop id) ends the chain: nothing after it is ever emitted.
+      const auto& eos = model_.config().eos_token_ids;
+      const bool ends = std::find(s.params.stop_token_ids.begin(), s.params.stop_token_ids.end(), id) !=
+                            s.params.stop_token_ids.end() ||
+                        (!s.params.ignore_eos && std::find(eos.begin(), eos.end(), id) != eos.end());
+      if (ends || static_cast<int64_t>(s.spec.tokens.size()) >= ch.job->max_drafts) ch.going = false;
+      ch.streams = Mat(1, out.streams.cols);
+      std::copy(out.streams.row(static_cast<int64_t>(c)), out.streams.row(static_cast<int64_t>(c)) + out.streams.cols, ch.streams.v.begin());
+    }
+    // The next position of each chain still going: the layer's own streams with the token it drafted.
+    chunks.clear();
+    for (Chain& ch : chains)
+      if (ch.going) chunks.push_back({ch.streams, {ch.job->seq->spec.tokens.back()}, ch.state, false});
+  }
+  return proposed;
+}
+
+}  // namespace strata::engine

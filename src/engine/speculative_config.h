@@ -1,0 +1,30 @@
+#pragma once
+// The engine's speculative-decoding settings (docs/mtp.md, "Speculative decoding in the engine"): how many tokens
+// the model's MTP layer drafts ahead, when a draft chain stops, and the planner's cost model.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+
+namespace strata::engine {
+
+struct Sequence;
+
+struct SpeculativeConfig {
+  // Draft tokens verified per decode step at most (0: off). The model's states must be able to drop that many
+  // (load it with max_rollback ≥ tokens) and it must have an MTP layer.
+  int64_t tokens = 0;
+  static constexpr int64_t kMaxTokens = 8;
+  // A draft chain stops at the first draft whose probability under the draft distribution is below this (greedy:
+  // its softmax probability at temperature 1, after penalties).
+  double min_prob = 0.1;
+  // The planner's cost model (engine/draft_planner.h): a verify step costs this many rows' worth of fixed work
+  // (reading the weights) plus one per row of the batch. Infinity: every draft is worth its row (verify them all).
+  double step_cost_rows = 8.0;
+  // TEST ONLY: replaces each draft the MTP layer proposes with this function's token (drafts so far given), drafted
+  // as a point mass; nullopt keeps the MTP layer's. Lets tests reach acceptance paths a random MTP head never does.
+  std::function<std::optional<int32_t>(const Sequence&, std::span<const int32_t> drafts_so_far)> test_draft;
+  bool enabled() const { return tokens > 0; }
+};
+
+}  // namespace strata::engine

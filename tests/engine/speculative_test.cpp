@@ -1,0 +1,357 @@
+// Speculative decoding with the MTP layer (docs/mtp.md, "Speculative decoding in the engine"): greedy output
+// identical to decoding without it, whatever the draft length, batch, chunking and preemption; exact rejection
+// sampling (a statistical check that fails for the wrong rule); the planner; truncation inside accepted drafts;
+// honest accounting; bad settings named.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+
+#include "backend/cpu/sampling.h"
+#include "core/error.h"
+#include "engine/draft_planner.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "engine/speculative_sampling.h"
+#include "model/deepseek_v4/model.h"
+#include "model/deepseek_v4/presets.h"
+#include "model/deepseek_v4/random_init.h"
+#include "test_util.h"
+#include "tiny_model.h"
+
+namespace strata::engine {
+namespace {
+
+using model::v4::Model;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// ---- the acceptance rule ---------------------------------------------------------------------------------------
+
+TEST(SpeculativeSampling, PickDistributionIsWhatPickTokenDraws) {
+  std::vector<float> logits(40);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(std::sin(1.7 * static_cast<double>(i)) * 3.0);
+  logits[7] = logits[9];  // a tie, broken by id in both
+  for (const model::TokenPick& pick : {model::TokenPick{0.8, 0, 1.0, 0.0, 0}, model::TokenPick{1.2, 5, 1.0, 0.0, 0},
+                                       model::TokenPick{1.0, 0, 0.7, 0.0, 0}, model::TokenPick{0.6, 12, 0.9, 0.05, 0}}) {
+    const std::vector<float> p = pick_distribution(logits, pick);
+    EXPECT_NEAR(std::accumulate(p.begin(), p.end(), 0.0), 1.0, 1e-5);
+    std::vector<double> seen(logits.size(), 0);
+    const int draws = 40000;
+    for (int i = 0; i < draws; ++i) {
+      model::TokenPick u = pick;
+      u.uniform = counter_uniform(99, static_cast<uint64_t>(i));
+      seen[static_cast<size_t>(cpu::pick_token(logits, u))] += 1.0 / draws;
+    }
+    for (size_t id = 0; id < logits.size(); ++id) {
+      if (p[id] == 0) {
+        EXPECT_EQ(seen[id], 0) << "token " << id << " outside the kept set was drawn";
+      }
+      EXPECT_NEAR(seen[id], p[id], 0.012) << "token " << id << " top_k " << pick.top_k << " top_p " << pick.top_p;
+    }
+  }
+  const std::vector<float> greedy = pick_distribution(logits, {});
+  EXPECT_EQ(greedy[static_cast<size_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())], 1.0f);
+}
+
+// Drafts drawn from q, verified against p: the tokens that come out are distributed as p. The tolerance (0.006 on
+// each probability, 400k draws: ~8 standard deviations) is far below what always accepting the draft (which gives
+// q) or accepting with probability min(1, q/p) would show, both checked to fail it.
+TEST(SpeculativeSampling, RejectionSamplingPreservesTheTargetDistribution) {
+  const std::vector<float> p = {0.40f, 0.05f, 0.25f, 0.0f, 0.20f, 0.10f};
+  const std::vector<float> q = {0.10f, 0.30f, 0.20f, 0.15f, 0.05f, 0.20f};
+  const int draws = 400000;
+  std::vector<double> out(p.size(), 0), always(p.size(), 0), inverted(p.size(), 0);
+  for (int i = 0; i < draws; ++i) {
+    const auto n = static_cast<uint64_t>(i);
+    const int32_t d = draw_from(q, counter_uniform(1, n));
+    const double ua = counter_uniform(2, n), ur = counter_uniform(3, n);
+    const DraftVerdict v = verify_draft(p, q, d, ua, ur);
+    EXPECT_EQ(v.accepted, v.token == d && ua * q[static_cast<size_t>(d)] < p[static_cast<size_t>(d)]);
+    out[static_cast<size_t>(v.token)] += 1.0 / draws;
+    always[static_cast<size_t>(d)] += 1.0 / draws;
+    // The wrong ratio: accept with min(1, q/p).
+    const DraftVerdict w = verify_draft(q, p, d, ua, ur);
+    inverted[static_cast<size_t>(w.token)] += 1.0 / draws;
+  }
+  double worst = 0, worst_always = 0, worst_inverted = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    worst = std::max(worst, std::abs(out[i] - p[i]));
+    worst_always = std::max(worst_always, std::abs(always[i] - p[i]));
+    worst_inverted = std::max(worst_inverted, std::abs(inverted[i] - p[i]));
+  }
+  EXPECT_LT(worst, 0.006);
+  EXPECT_GT(worst_always, 0.05);
+  EXPECT_GT(worst_inverted, 0.05);
+  EXPECT_EQ(out[3], 0);  // p(3) = 0: never emitted, though q drafts it
+}
+
+TEST(SpeculativeSampling, PointMassDraftsAndBadInputs) {
+  const std::vector<float> p = {0.5f, 0.5f}, delta = {0.0f, 1.0f};
+  EXPECT_TRUE(verify_draft(p, delta, 1, 0.49, 0.0).accepted);
+  const DraftVerdict r = verify_draft(p, delta, 1, 0.51, 0.3);
+  EXPECT_FALSE(r.accepted);
+  EXPECT_EQ(r.token, 0);  // the residual max(0, p − δ) is all on token 0
+  EXPECT_NE(error_of([&] { verify_draft(p, delta, 2, 0, 0); }).find("outside the vocabulary"), std::string::npos);
+  EXPECT_NE(error_of([&] { verify_draft(p, std::vector<float>{1.0f}, 0, 0, 0); }).find("differ in size"), std::string::npos);
+}
+
+// ---- the planner ------------------------------------------------------------------------------------------------
+
+TEST(DraftPlanner, TakesConfidentPrefixesWhileTheyPayForTheirRows) {
+  // One sequence, fixed cost 8 rows: 0.5 raises 1/9, 0.25 raises 1.5/10, 0.125 does not raise 1.75/11.
+  EXPECT_EQ(plan_drafts({{0.5f, 0.5f, 0.5f}}, 1, 1, 8.0), (std::vector<int64_t>{2}));
+  // Certain drafts are always worth a row; hopeless ones never.
+  EXPECT_EQ(plan_drafts({{1.0f, 1.0f, 1.0f}, {0.01f, 0.9f}}, 2, 2, 8.0), (std::vector<int64_t>{3, 0}));
+  // With no fixed cost, a row pays only if it is accepted more often than the step's tokens per row (1).
+  EXPECT_EQ(plan_drafts({{0.9f}}, 1, 1, 0.0), (std::vector<int64_t>{0}));
+  EXPECT_EQ(plan_drafts({}, 3, 3, 8.0), (std::vector<int64_t>{}));
+}
+
+// ---- the engine -------------------------------------------------------------------------------------------------
+
+model::ModelConfig tiny_mtp_config() {
+  model::ModelConfig c = model::v4::preset_config("tiny");
+  c.num_nextn_predict_layers = 1;
+  return c;
+}
+
+class SpeculativeEngine : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string dir = test::temp_dir("speculative_engine");
+    model::v4::write_random_checkpoint(tiny_mtp_config(), dir, 21, DType::F32);
+    model_ = new Model(model::v4::load_model(dir, model::Device::Cpu, model::Precision::Bf16, {}, 5));
+  }
+  static void TearDownTestSuite() { delete model_; }
+
+  static EngineConfig config(int64_t tokens, int64_t budget = 64, int64_t blocks = 64, int64_t seqs = 8) {
+    EngineConfig c;
+    c.scheduler.max_num_batched_tokens = budget;
+    c.scheduler.max_num_seqs = seqs;
+    c.pool.max_sequences = seqs;
+    c.pool.blocks = blocks;
+    c.speculative.tokens = tokens;
+    // A random MTP head is never confident: draft anyway, and verify every draft (a step cost of infinitely many
+    // rows makes any draft worth its row), so verification runs.
+    c.speculative.min_prob = 0.0;
+    c.speculative.step_cost_rows = std::numeric_limits<double>::infinity();
+    return c;
+  }
+
+  static std::vector<int32_t> prompt_of(int q, int64_t len) {
+    std::vector<int32_t> p;
+    for (int64_t i = 0; i < len; ++i) p.push_back(static_cast<int32_t>((i * 37 + q * 101 + 2) % 510 + 2));
+    return p;
+  }
+
+  struct Run {
+    std::map<std::string, std::vector<int32_t>> tokens;
+    std::map<std::string, std::vector<float>> logprobs;
+    std::map<std::string, FinishReason> why;
+    std::map<std::string, SpeculativeCounts> counts;
+    std::map<std::string, int64_t> drafted_events;
+    EngineStats stats;
+  };
+  static Run run(Engine& e) {
+    Run r;
+    for (int guard = 0; e.has_unfinished() && guard < 20000; ++guard)
+      for (const TokenEvent& ev : e.step()) {
+        const std::string key = ev.request_id + "/" + std::to_string(ev.index);
+        if (ev.token) {
+          r.tokens[key].push_back(*ev.token);
+          r.logprobs[key].push_back(ev.logprob);
+        }
+        r.drafted_events[key] += ev.drafted;
+        if (ev.finished) {
+          r.why[key] = ev.reason;
+          if (ev.speculative) r.counts[key] = *ev.speculative;
+        }
+      }
+    r.stats = e.stats();
+    return r;
+  }
+
+  // Requests of different prompt lengths (one longer than the window, one across a token block), greedy.
+  static void add_batch(Engine& e, const SamplingParams& base) {
+    const std::vector<int64_t> lengths = {5, 140, 33, 1, 260, 129};
+    for (size_t q = 0; q < lengths.size(); ++q) {
+      SamplingParams p = base;
+      p.seed = 500 + q;
+      e.add_request("r" + std::to_string(q), prompt_of(static_cast<int>(q), lengths[q]), p);
+    }
+  }
+
+  static Model* model_;
+};
+Model* SpeculativeEngine::model_ = nullptr;
+
+SamplingParams greedy(int64_t max_tokens) {
+  SamplingParams p;
+  p.temperature = 0.0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  p.logprobs = 2;
+  return p;
+}
+
+// Every accepted or rejected draft is counted where it happened; the engine's totals are the requests' sums.
+void expect_consistent(const SpeculativeCounts& c, const std::string& key) {
+  EXPECT_EQ(c.emitted + c.truncated, c.accepted + c.verify_steps) << key;
+  EXPECT_LE(c.accepted, c.verified) << key;
+  EXPECT_LE(c.verified, c.drafted) << key;
+  EXPECT_EQ(std::accumulate(c.verified_at.begin(), c.verified_at.end(), int64_t{0}), c.verified) << key;
+  EXPECT_EQ(std::accumulate(c.accepted_at.begin(), c.accepted_at.end(), int64_t{0}), c.accepted) << key;
+}
+
+TEST_F(SpeculativeEngine, GreedyOutputIsIdenticalWithTheMtpLayersDrafts) {
+  Engine plain(*model_, config(0));
+  add_batch(plain, greedy(20));
+  const Run expected = run(plain);
+  for (int64_t n = 1; n <= 5; ++n) {
+    Engine e(*model_, config(n));
+    add_batch(e, greedy(20));
+    const Run got = run(e);
+    EXPECT_EQ(got.tokens, expected.tokens) << "speculative tokens " << n;
+    EXPECT_EQ(got.logprobs, expected.logprobs) << "speculative tokens " << n;
+    EXPECT_GT(got.stats.speculative.verified, 0) << n;
+    SpeculativeCounts sum;
+    for (const auto& [key, c] : got.counts) {
+      expect_consistent(c, key);
+      EXPECT_EQ(got.drafted_events.at(key), c.accepted) << key;  // nothing is cut here
+      sum += c;
+    }
+    expect_consistent(got.stats.speculative, "engine");
+    EXPECT_EQ(sum.verified, got.stats.speculative.verified);
+    EXPECT_EQ(sum.accepted, got.stats.speculative.accepted);
+    EXPECT_EQ(sum.drafted, got.stats.speculative.drafted);
+    EXPECT_EQ(got.stats.used_blocks + got.stats.used_slots, 0);
+  }
+}
+
+// The target's own continuation as the drafts (a test hook), spoiled at every fifth position: drafts are accepted
+// often, rejected sometimes in mid-chain, and the output is still the plain greedy one.
+TEST_F(SpeculativeEngine, GreedyOutputIsIdenticalWhenDraftsAreMostlyRight) {
+  Engine plain(*model_, config(0));
+  add_batch(plain, greedy(24));
+  const Run expected = run(plain);
+  for (int64_t n : {1, 3, 5}) {
+    EngineConfig c = config(n);
+    c.speculative.test_draft = [&](const Sequence& s, std::span<const int32_t> so_far) -> std::optional<int32_t> {
+      const std::vector<int32_t>& truth = expected.tokens.at(s.request_id + "/0");
+      const size_t at = s.output.size() + so_far.size();
+      if (at >= truth.size()) return std::nullopt;
+      return at % 5 == 3 ? (truth[at] + 1) % 512 : truth[at];
+    };
+    Engine e(*model_, c);
+    add_batch(e, greedy(24));
+    const Run got = run(e);
+    EXPECT_EQ(got.tokens, expected.tokens) << n;
+    EXPECT_EQ(got.logprobs, expected.logprobs) << n;
+    const SpeculativeCounts& t = got.stats.speculative;
+    expect_consistent(t, "engine");
+    EXPECT_GT(t.accepted, t.verified / 2) << n;
+    EXPECT_LT(t.accepted, t.verified) << n;  // the spoiled positions are rejected
+    if (n > 1) {
+      EXPECT_GT(t.accepted_at.at(1), 0) << n;
+    }
+  }
+}
+
+TEST_F(SpeculativeEngine, PreemptionAndChunkedPrefillKeepGreedyOutputIdentical) {
+  // Four sequences of 150 + 24 tokens need two blocks each; five blocks cannot hold them all: the newest get
+  // preempted and recomputed, their drafts dropped with their state. Prefill in chunks of 64 tokens.
+  const auto add = [](Engine& e) {
+    for (int q = 0; q < 4; ++q) e.add_request("p" + std::to_string(q), prompt_of(q, 150), greedy(24));
+  };
+  Engine plain(*model_, config(0, 64, 5, 4));
+  add(plain);
+  const Run expected = run(plain);
+  Engine e(*model_, config(4, 64, 5, 4));
+  add(e);
+  const Run got = run(e);
+  EXPECT_EQ(got.tokens, expected.tokens);
+  EXPECT_GT(got.stats.preemptions, 0);
+  EXPECT_GT(got.stats.speculative.verified, 0);
+  EXPECT_EQ(got.stats.used_blocks, 0);
+}
+
+TEST_F(SpeculativeEngine, AStopIdOrMaxTokensInsideAcceptedDraftsEndsTheOutputThere) {
+  Engine plain(*model_, config(0));
+  SamplingParams p = greedy(30);
+  plain.add_request("a", prompt_of(3, 40), p);
+  const std::vector<int32_t> truth = run(plain).tokens.at("a/0");
+  ASSERT_EQ(truth.size(), 30u);
+  // Stop at the token at output position 13 (its first occurrence), drafted with everything around it right.
+  const auto first = static_cast<size_t>(std::find(truth.begin(), truth.end(), truth[13]) - truth.begin());
+  EngineConfig c = config(5);
+  c.speculative.test_draft = [&](const Sequence& s, std::span<const int32_t> so_far) -> std::optional<int32_t> {
+    const size_t at = s.output.size() + so_far.size();
+    return at < truth.size() ? std::optional<int32_t>(truth[at]) : std::nullopt;
+  };
+  {
+    Engine e(*model_, c);
+    SamplingParams stop = p;
+    stop.stop_token_ids = {truth[13]};
+    e.add_request("a", prompt_of(3, 40), stop);
+    const Run got = run(e);
+    EXPECT_EQ(got.tokens.at("a/0"), std::vector<int32_t>(truth.begin(), truth.begin() + static_cast<long>(first) + 1));
+    EXPECT_EQ(got.why.at("a/0"), FinishReason::Stop);
+    const SpeculativeCounts& k = got.counts.at("a/0");
+    expect_consistent(k, "stop");
+    EXPECT_EQ(k.accepted, k.verified);  // every draft right
+    EXPECT_EQ(got.stats.generated_tokens, static_cast<int64_t>(first) + 1);
+  }
+  {
+    // max_tokens: drafts are never planned past it, so nothing is cut, and the output ends exactly there.
+    Engine e(*model_, c);
+    SamplingParams shorter = p;
+    shorter.max_tokens = 17;
+    e.add_request("a", prompt_of(3, 40), shorter);
+    const Run got = run(e);
+    EXPECT_EQ(got.tokens.at("a/0"), std::vector<int32_t>(truth.begin(), truth.begin() + 17));
+    EXPECT_EQ(got.why.at("a/0"), FinishReason::Length);
+    expect_consistent(got.counts.at("a/0"), "length");
+  }
+}
+
+TEST_F(SpeculativeEngine, SampledOutputIsSeededAndCounted) {
+  SamplingParams p;
+  p.temperature = 0.9;
+  p.top_k = 40;
+  p.repetition_penalty = 1.3;
+  p.max_tokens = 20;
+  p.ignore_eos = true;
+  auto once = [&](int64_t n) {
+    Engine e(*model_, config(n));
+    add_batch(e, p);
+    return run(e);
+  };
+  const Run a = once(3), b = once(3);
+  EXPECT_EQ(a.tokens, b.tokens);  // a function of the seeds
+  for (const auto& [key, t] : a.tokens) EXPECT_EQ(t.size(), 20u) << key;
+  expect_consistent(a.stats.speculative, "sampled");
+  EXPECT_GT(a.stats.speculative.verified, 0);
+}
+
+TEST_F(SpeculativeEngine, BadSettingsAreNamed) {
+  const std::unique_ptr<Model> plain = test::tiny_model("speculative_plain", 3, 4);
+  EXPECT_NE(error_of([&] { Engine e(*plain, config(2)); }).find("this model has none"), std::string::npos);
+  EXPECT_NE(error_of([&] { Engine e(*model_, config(9)); }).find("must be in [0, 8], got 9"), std::string::npos);
+  EXPECT_NE(error_of([&] { Engine e(*model_, config(6)); }).find("max_rollback 5"), std::string::npos);
+  EngineConfig c = config(2);
+  c.speculative.min_prob = 1.5;
+  EXPECT_NE(error_of([&] { Engine e(*model_, c); }).find("--speculative-min-prob must be in [0, 1]"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata::engine
