@@ -15,13 +15,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMP_WAIT_POLICY=PASSIVE
 commit=${COMMIT:-$(bash scripts/provenance.sh --commit)}
-python3 - "$work" <<'PY'
-import json, sys
-with open(f"{sys.argv[1]}/requests.jsonl", "w") as f:
-    for line in open("models/demo/heldout_eval.jsonl"):
-        d = json.loads(line)
-        f.write(json.dumps(dict(d["request"], custom_id=d["id"], temperature=0)) + "\n")
-PY
+python3 tools/demo_model/eval_requests.py "$work/requests.jsonl"
 for seqs in 1 64; do
   for n in 0 1 2 3 5; do
     "$build/strata" generate --model models/demo --input "$work/requests.jsonl" --output "$work/out.$seqs.$n.jsonl" \
@@ -30,18 +24,9 @@ for seqs in 1 64; do
 done
 python3 - "$work" "$out" "$commit" <<'PY'
 import json, os, subprocess, sys
+sys.path.insert(0, "tools/demo_model")
+from eval_requests import replies
 work, out, commit = sys.argv[1:]
-
-def replies(path):
-    got = {}
-    for line in open(path):
-        r = json.loads(line)
-        choices = r["response"]["body"]["choices"]
-        for c in choices:
-            for t in c["message"].get("tool_calls") or []:
-                t.pop("id", None)
-        got[r["custom_id"]] = choices
-    return got
 
 runs = []
 for seqs in (1, 64):

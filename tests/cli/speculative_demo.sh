@@ -9,33 +9,16 @@ strata=$1 root=$2 work=$3
 mkdir -p "$work"
 cd "$root"
 export OMP_WAIT_POLICY=PASSIVE
-python3 - "$work" "${STRATA_SPECULATIVE_EVERY:-1}" <<'PY'
-import json, sys
-every = int(sys.argv[2])
-with open(f"{sys.argv[1]}/requests.jsonl", "w") as f:
-    for i, line in enumerate(open("models/demo/heldout_eval.jsonl")):
-        if i % every:
-            continue
-        d = json.loads(line)
-        f.write(json.dumps(dict(d["request"], custom_id=d["id"], temperature=0)) + "\n")
-PY
+python3 tools/demo_model/eval_requests.py "$work/requests.jsonl" "${STRATA_SPECULATIVE_EVERY:-1}"
 for n in 0 3; do
   "$strata" generate --model models/demo --input "$work/requests.jsonl" --output "$work/out.$n.jsonl" \
     --max-num-seqs 32 --speculative-tokens $n --summary "$work/summary.$n.json" 2> "$work/log.$n"
 done
 python3 - "$work" <<'PY'
 import json, sys
+sys.path.insert(0, "tools/demo_model")
+from eval_requests import replies
 work = sys.argv[1]
-def replies(path):
-    got = {}
-    for line in open(path):
-        r = json.loads(line)
-        choices = r["response"]["body"]["choices"]
-        for c in choices:
-            for t in c["message"].get("tool_calls") or []:
-                t.pop("id", None)
-        got[r["custom_id"]] = choices
-    return got
 plain, spec = replies(f"{work}/out.0.jsonl"), replies(f"{work}/out.3.jsonl")
 differ = [k for k in plain if spec.get(k) != plain[k]]
 sp = json.load(open(f"{work}/summary.3.json"))["engine"]["speculative"]
