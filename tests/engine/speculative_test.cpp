@@ -343,6 +343,62 @@ TEST_F(SpeculativeEngine, SampledOutputIsSeededAndCounted) {
   EXPECT_GT(a.stats.speculative.verified, 0);
 }
 
+// At temperature > 0 the engine's output is distributed as without speculation: many seeds of one prompt, the pairs
+// (output token 1, output token 2) counted with speculation off and on. With max_tokens 3 each sequence verifies one
+// draft, for token 1, with token 2 its bonus or the token after a rejection; the draft is forced (the test hook) to
+// the plain run's most frequent token 1, so some are accepted and some rejected (the residual draw). Total
+// variation between the two histograms must stay under 0.08 with 1,600 seeds a side (a few standard deviations of
+// the sampling noise); emitting the forced draft whenever it is verified would move token 1's histogram onto one
+// token (a total variation near 0.5 here, checked below from the plain counts).
+TEST_F(SpeculativeEngine, SampledTokensAreDistributedAsWithoutSpeculation) {
+  const int seeds = test::kSanitized ? 400 : 1600;
+  SamplingParams p;
+  p.temperature = 0.8;
+  p.top_k = 3;
+  p.max_tokens = 3;
+  p.ignore_eos = true;
+  const auto histogram = [&](EngineConfig c) {
+    Engine e(*model_, c);
+    for (int i = 0; i < seeds; ++i) {
+      SamplingParams q = p;
+      q.seed = 7000 + static_cast<uint64_t>(i);
+      e.add_request("s" + std::to_string(i), prompt_of(1, 12), q);
+    }
+    const Run r = run(e);
+    std::map<std::pair<int32_t, int32_t>, double> h;
+    for (const auto& [key, t] : r.tokens) h[{t.at(1), t.at(2)}] += 1.0 / seeds;
+    return std::pair(h, r.stats.speculative);
+  };
+  const auto [plain, plain_counts] = histogram(config(0, 256, 256, 64));
+  // The most frequent token 1 of the plain run.
+  std::map<int32_t, double> first;
+  for (const auto& [pair, f] : plain) first[pair.first] += f;
+  const auto top = [](const std::map<int32_t, double>& m) {
+    return std::max_element(m.begin(), m.end(), [](const auto& a, const auto& b) { return a.second < b.second; })->first;
+  };
+  const int32_t d1 = top(first);
+  EngineConfig c = config(2, 256, 256, 64);
+  c.speculative.test_draft = [&](const Sequence& s, std::span<const int32_t> so_far) -> std::optional<int32_t> {
+    const size_t at = s.output.size() + so_far.size();
+    return at == 1 ? std::optional<int32_t>(d1) : std::nullopt;
+  };
+  const auto [spec, counts] = histogram(c);
+  double tv = 0;
+  std::map<std::pair<int32_t, int32_t>, int> keys;
+  for (const auto& [k, f] : plain) keys[k] = 1;
+  for (const auto& [k, f] : spec) keys[k] = 1;
+  for (const auto& [k, one] : keys) {
+    const auto a = plain.find(k), b = spec.find(k);
+    tv += std::abs((a == plain.end() ? 0 : a->second) - (b == spec.end() ? 0 : b->second)) / 2;
+  }
+  EXPECT_LT(tv, test::kSanitized ? 0.16 : 0.08) << "plain vs speculative histograms of (token 1, token 2)";
+  EXPECT_GT(1.0 - first.at(d1), 0.2) << "the forced draft is too likely for the check to discriminate";
+  EXPECT_EQ(plain_counts.verified, 0);
+  EXPECT_EQ(counts.verified, seeds);  // token 1's draft, for every seed
+  EXPECT_GT(counts.accepted, counts.verified / 5);
+  EXPECT_LT(counts.accepted, counts.verified);  // rejections: the residual draw ran
+}
+
 TEST_F(SpeculativeEngine, BadSettingsAreNamed) {
   const std::unique_ptr<Model> plain = test::tiny_model("speculative_plain", 3, 4);
   EXPECT_NE(error_of([&] { Engine e(*plain, config(2)); }).find("this model has none"), std::string::npos);
