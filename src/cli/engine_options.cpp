@@ -27,14 +27,19 @@ const char* const kCacheOptionsHelp =
   --cache-checkpoint-blocks N  save a long prompt's state every N token blocks as it is prefilled (default 32)
 )";
 
-const std::set<std::string> kSpeculativeOptions = {"speculative-tokens", "speculative-min-prob"};
+const std::set<std::string> kSpeculativeOptions = {"speculative-tokens", "speculative-min-prob",
+                                                   "speculative-forced-acceptance"};
 const char* const kSpeculativeOptionsHelp =
     R"(  --speculative-tokens N     speculative decoding with the model's MTP layer (docs/mtp.md): draft up to N tokens
                              (1..8) ahead and verify them in one forward; 0 = off (default). Greedy output is
                              identical to decoding without it; sampled output is an exact draw from the same
-                             distribution. Needs a checkpoint with MTP layers (model init --mtp 1); CPU backend;
-                             grammar-constrained requests do not speculate
+                             distribution. Needs a checkpoint with MTP layers (model init --mtp 1); grammar-
+                             constrained requests do not speculate
   --speculative-min-prob P   stop a draft chain at the first draft the MTP layer gives less than P (default 0.1)
+  --speculative-forced-acceptance A
+                             BENCHMARKS ONLY: accept each verified draft with probability A instead of checking it
+                             against the model (a rejected one becomes the model's token), to time speculation at a
+                             chosen acceptance on random weights; the output is then not the model's
 )";
 
 std::set<std::string> with_speculative_options(std::set<std::string> valued) {
@@ -52,6 +57,13 @@ engine::SpeculativeConfig read_speculative_options(const Args& args) {
     fail("option --speculative-min-prob: expected a probability in [0, 1], found ", c.min_prob);
   if (args.has("speculative-min-prob") && c.tokens == 0)
     fail("option --speculative-min-prob: needs --speculative-tokens N with N ≥ 1");
+  if (args.has("speculative-forced-acceptance")) {
+    const double a = args.number("speculative-forced-acceptance", 0.0);
+    if (!(a >= 0.0 && a <= 1.0))
+      fail("option --speculative-forced-acceptance: expected a probability in [0, 1], found ", a);
+    if (c.tokens == 0) fail("option --speculative-forced-acceptance: needs --speculative-tokens N with N ≥ 1");
+    c.forced_acceptance = a;
+  }
   return c;
 }
 

@@ -53,28 +53,39 @@ int64_t Drafter::draft(std::vector<DraftJob>& jobs) {
   }
   int64_t proposed = 0;
   while (!chunks.empty()) {
-    // One logits row per chunk (its last), raw home: the draft is chosen here, from the processed distribution.
-    model::LogitsStage stage;
-    for (int64_t r = 0; r < static_cast<int64_t>(chunks.size()); ++r) stage.rows.push_back({r, true, {}, std::nullopt, nullptr});
-    const model::DraftOutput out = model_.run_draft(chunks, stage, 0);
-    const int64_t vocab = model_.config().vocab_size;
+    // One logits row per chunk (its last). A greedy chain's draft is picked where the logits are, with the pick's
+    // probability (its confidence) beside it: only an id and a float come home. A sampled chain needs the whole
+    // processed distribution (verification compares it with the target's), so its raw row comes home and is
+    // processed here, exactly as the verify step processes the target's.
     std::vector<Chain*> going;
     for (Chain& ch : chains) if (ch.going) going.push_back(&ch);
+    model::LogitsStage stage;
     for (size_t c = 0; c < going.size(); ++c) {
+      const Sequence& s = *going[c]->job->seq;
+      model::LogitsRowRequest req{static_cast<int64_t>(c), !s.params.greedy(), {}, std::nullopt, nullptr};
+      if (s.params.greedy()) {
+        if (s.params.processes_logits()) req.penalties = penalties_of(s.params, going[c]->history);
+        req.pick = model::TokenPick{};
+        req.top_probability = true;
+      }
+      stage.rows.push_back(std::move(req));
+    }
+    const model::DraftOutput out = model_.run_draft(chunks, stage, 0);
+    const int64_t vocab = model_.config().vocab_size;
+    for (size_t c = 0, raw = 0; c < going.size(); ++c) {
       Chain& ch = *going[c];
       Sequence& s = *ch.job->seq;
-      std::vector<float> work(out.logits.raw.row(static_cast<int64_t>(c)), out.logits.raw.row(static_cast<int64_t>(c)) + vocab);
-      if (s.params.processes_logits()) cpu::apply_penalties(work, penalties_of(s.params, ch.history));
       const uint64_t index = s.output.size() + s.spec.tokens.size();
       int32_t id = 0;
       float prob = 1.0f;
       std::vector<float> q;
       if (s.params.greedy()) {
-        id = static_cast<int32_t>(std::max_element(work.begin(), work.end()) - work.begin());
-        double z = 0;
-        for (float l : work) z += std::exp(static_cast<double>(l - work[static_cast<size_t>(id)]));
-        prob = static_cast<float>(1.0 / z);
+        id = out.logits.picks[c];
+        prob = out.logits.top_probs[c];
       } else {
+        const float* row = out.logits.raw.row(static_cast<int64_t>(raw++));
+        std::vector<float> work(row, row + vocab);
+        if (s.params.processes_logits()) cpu::apply_penalties(work, penalties_of(s.params, ch.history));
         q = pick_distribution(work, pick_of(s.params, s.seed, index));
         id = draw_from(q, draft_uniform(s.seed, index));
         prob = q[static_cast<size_t>(id)];
@@ -85,6 +96,7 @@ int64_t Drafter::draft(std::vector<DraftJob>& jobs) {
           prob = 1.0f;
           q.clear();  // a point mass on the forced token
         }
+      if (cfg_.forced_acceptance) prob = static_cast<float>(*cfg_.forced_acceptance);  // what the planner plans for
       if (prob < cfg_.min_prob) {
         ch.going = false;
         continue;

@@ -18,6 +18,7 @@ Engine::Engine(const model::Model& model, EngineConfig config)
       runner_(model, pool_, config.observe),
       drafter_(model, pool_, cfg_.speculative) {
   if (cfg_.max_model_len < 1) fail("max_model_len must be ≥ 1, got ", cfg_.max_model_len);
+  runner_.force_acceptance(cfg_.speculative.forced_acceptance);
   const SpeculativeConfig& sp = cfg_.speculative;
   if (sp.tokens < 0 || sp.tokens > SpeculativeConfig::kMaxTokens)
     fail("speculative decoding: --speculative-tokens must be in [0, ", SpeculativeConfig::kMaxTokens, "], got ", sp.tokens);
@@ -29,9 +30,8 @@ Engine::Engine(const model::Model& model, EngineConfig config)
       fail("speculative decoding: --speculative-tokens ", sp.tokens, " drafts with the model's MTP layer, but this model has "
            "none (num_nextn_predict_layers is ", model_.config().num_nextn_predict_layers,
            ", and a checkpoint without mtp.* tensors has none either); use --speculative-tokens 0");
-    if (model_.device() != model::Device::Cpu)
-      fail("speculative decoding: --speculative-tokens runs on the CPU backend only so far (the CUDA draft step exists "
-           "but the verify path has not been checked on a GPU yet, docs/mtp.md); use --device cpu");
+    if (sp.forced_acceptance && !(*sp.forced_acceptance >= 0.0 && *sp.forced_acceptance <= 1.0))
+      fail("speculative decoding: the forced acceptance rate must be in [0, 1], got ", *sp.forced_acceptance);
     if (model_.state_layout().max_rollback < sp.tokens)
       fail("speculative decoding: --speculative-tokens ", sp.tokens, " needs states that can drop ", sp.tokens,
            " tokens, but the model was loaded with max_rollback ", model_.state_layout().max_rollback,

@@ -17,13 +17,21 @@ namespace {
 // decode's); sampled rows run speculative sampling's rule (engine/speculative_sampling.h) on the processed
 // distribution the pick draws from. The accepted drafts, then the token of the first row not accepted (the residual
 // draw on a rejection, else the last row's pick: the bonus token), go into `tokens`; answers how many were accepted.
+// With a forced acceptance rate (benchmarks on random weights), draft j is accepted when its accept draw is below
+// the rate, else the row's pick replaces it.
 template <class Pick, class Raw>
-int64_t accept_drafts(const ScheduledSpan& span, const Pick& pick, const Raw& raw_row, std::vector<int32_t>& tokens) {
+int64_t accept_drafts(const ScheduledSpan& span, const Pick& pick, const Raw& raw_row, std::optional<double> forced,
+                      std::vector<int32_t>& tokens) {
   for (size_t j = 0; j < span.drafts.size(); ++j) {
     const DraftToken& d = span.drafts[j];
     const SpanSampling& row = j == 0 ? *span.sampling : span.drafts[j - 1].next;
     const auto r = static_cast<int64_t>(j);
-    if (row.pick.greedy()) {
+    if (forced) {
+      if (!(d.accept_uniform < *forced)) {
+        tokens.push_back(pick(r));
+        return r;
+      }
+    } else if (row.pick.greedy()) {
       if (pick(r) != d.id) {
         tokens.push_back(pick(r));
         return r;
@@ -118,7 +126,7 @@ StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late)
       model::LogitsRowRequest req{rows + r, span.all_logits, {}, std::nullopt, nullptr};
       if (sampling) {
         // Sampling verification reads the target distribution of every row that checks a draft.
-        const bool checks_sampled_draft = verifies && r < count - 1 && !sampling->pick.greedy();
+        const bool checks_sampled_draft = verifies && r < count - 1 && !sampling->pick.greedy() && !forced_acceptance_;
         req.raw_home = req.raw_home || sampling->logprobs.has_value() || checks_sampled_draft;
         req.penalties = sampling->penalties;
         req.pick = sampling->pick;
@@ -160,7 +168,8 @@ StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late)
       if (span.drafts.empty()) {
         o.tokens.push_back(pick(0));
       } else {
-        o.accepted = accept_drafts(span, pick, [&](int64_t r) { return raw_row(first_row[i] + r); }, o.tokens);
+        o.accepted = accept_drafts(span, pick, [&](int64_t r) { return raw_row(first_row[i] + r); }, forced_acceptance_,
+                                  o.tokens);
         // The state keeps the span's token and the accepted drafts; the rows written for the others are dropped.
         if (o.accepted < static_cast<int64_t>(span.drafts.size()))
           model_.rollback(pool_.slot(span.slot), span.start + 1 + o.accepted);

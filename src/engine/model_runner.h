@@ -4,6 +4,7 @@
 // raw, which get penalties, which get a pick where they were computed), runs the step, and reads the answers: the
 // picked ids, and logprobs from the raw rows (nano-vllm's ModelRunner.run, vLLM's GPUModelRunner.execute_model).
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "engine/step_plan.h"
@@ -32,11 +33,14 @@ class ModelRunner {
   // slot used twice, a sampling span without settings, a late mask for a span that does not sample or has a mask
   // already); an exception from late.build leaves with it.
   StepOutput execute(const StepPlan& plan, const LateSpanMasks& late = {});
+  // Benchmarks only (SpeculativeConfig::forced_acceptance): verification accepts each draft with this probability.
+  void force_acceptance(std::optional<double> rate) { forced_acceptance_ = rate; }
 
  private:
   const model::Model& model_;
   model::StatePool& pool_;
   model::LayerObserver observe_;
+  std::optional<double> forced_acceptance_;
 };
 
 }  // namespace strata::engine

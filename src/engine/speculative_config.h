@@ -21,6 +21,12 @@ struct SpeculativeConfig {
   // The planner's cost model (engine/draft_planner.h): a verify step costs this many rows' worth of fixed work
   // (reading the weights) plus one per row of the batch. Infinity: every draft is worth its row (verify them all).
   double step_cost_rows = 8.0;
+  // BENCHMARK ONLY (--speculative-forced-acceptance A): each verified draft is accepted with probability A (by its
+  // own counter-based draw) instead of by the target's distribution, and a rejected one is replaced by the target's
+  // pick; the drafter reports A as each draft's probability, so the planner plans for that rate. Measures the speed
+  // of speculation at a chosen acceptance on random weights, whose drafts are never right. The output is then not
+  // the model's: every figure taken with it is labelled (bench/run_speculative_gpu.sh).
+  std::optional<double> forced_acceptance;
   // TEST ONLY: replaces each draft the MTP layer proposes with this function's token (drafts so far given), drafted
   // as a point mass; nullopt keeps the MTP layer's. Lets tests reach acceptance paths a random MTP head never does.
   std::function<std::optional<int32_t>(const Sequence&, std::span<const int32_t> drafts_so_far)> test_draft;

@@ -61,6 +61,10 @@ struct LogitsRowRequest {
   std::shared_ptr<const TokenMask> allowed;
   // The row's mask comes from the stage's late_masks instead (`allowed` stays null).
   bool allowed_late = false;
+  // The probability of the row's most likely token after the penalties and the mask, at temperature 1
+  // (cpu::top_probability), comes home in StepLogits::top_probs: a greedy MTP draft's confidence without its
+  // vocabulary row (0.5 MB) coming home and being exponentiated on the host.
+  bool top_probability = false;
 };
 
 // A step's masks that are not known when the step starts: one per row with allowed_late, in row order (null: that
@@ -86,6 +90,7 @@ struct LogitsStage {
 // `raw` (in request order).
 struct StepLogits {
   std::vector<int32_t> picks;
+  std::vector<float> top_probs;  // per request: its top_probability, -1 for requests that did not ask
   Mat raw;
   Mat streams;  // [stage.stream_rows.size(), hc_mult·hidden]: the last layer's streams of those rows
   // With late_masks: whether the device was still computing the forward when they were ready, i.e. their building

@@ -3,7 +3,8 @@
 # (models/demo/heldout_eval.jsonl, greedy) with --speculative-tokens 3 gives every reply of the run without it
 # (tool call ids aside: they are random), and the layer's drafts are mostly accepted (more than 80% of those
 # verified: a broken draft path, which drafts garbage, is accepted near 0%).
-# Usage: speculative_demo.sh STRATA REPO_ROOT WORK_DIR   (STRATA_SPECULATIVE_EVERY=K: every K-th request only)
+# Usage: speculative_demo.sh STRATA REPO_ROOT WORK_DIR   (STRATA_SPECULATIVE_EVERY=K: every K-th request only;
+# STRATA_DEVICE=cuda: on the GPU, as tests/gpu/run.sh runs it)
 set -euo pipefail
 strata=$1 root=$2 work=$3
 mkdir -p "$work"
@@ -11,7 +12,7 @@ cd "$root"
 export OMP_WAIT_POLICY=PASSIVE
 python3 tools/demo_model/eval_requests.py "$work/requests.jsonl" "${STRATA_SPECULATIVE_EVERY:-1}"
 for n in 0 3; do
-  "$strata" generate --model models/demo --input "$work/requests.jsonl" --output "$work/out.$n.jsonl" \
+  "$strata" generate --model models/demo --device "${STRATA_DEVICE:-cpu}" --input "$work/requests.jsonl" --output "$work/out.$n.jsonl" \
     --max-num-seqs 32 --speculative-tokens $n --summary "$work/summary.$n.json" 2> "$work/log.$n"
 done
 python3 - "$work" <<'PY'

@@ -407,6 +407,51 @@ TEST_F(SpeculativeEngine, BadSettingsAreNamed) {
   EngineConfig c = config(2);
   c.speculative.min_prob = 1.5;
   EXPECT_NE(error_of([&] { Engine e(*model_, c); }).find("--speculative-min-prob must be in [0, 1]"), std::string::npos);
+  c = config(2);
+  c.speculative.forced_acceptance = 1.2;
+  EXPECT_NE(error_of([&] { Engine e(*model_, c); }).find("forced acceptance rate must be in [0, 1], got 1.2"),
+            std::string::npos);
+}
+
+// The benchmark mode (--speculative-forced-acceptance A) does what it says: at A ≈ 0 (1e-12: at 0 the planner,
+// told every draft's probability is A, verifies none) every draft is rejected and the output is the plain greedy
+// decode's (a rejected draft becomes the model's pick); at A = 1 every verified draft is
+// accepted; in between, about A of them (the random MTP head's drafts, which the model would reject).
+TEST_F(SpeculativeEngine, ForcedAcceptanceAcceptsThatShareOfTheDrafts) {
+  Engine plain(*model_, config(0));
+  add_batch(plain, greedy(24));
+  const Run expected = run(plain);
+  for (const double rate : {1e-12, 1.0, 0.6}) {
+    EngineConfig c = config(3);
+    c.speculative.forced_acceptance = rate;
+    Engine e(*model_, c);
+    add_batch(e, greedy(24));
+    const Run got = run(e);
+    const SpeculativeCounts& sp = got.stats.speculative;
+    expect_consistent(sp, "engine");
+    ASSERT_GT(sp.verified, 50) << rate;
+    for (const auto& [key, t] : got.tokens) EXPECT_EQ(t.size(), 24u) << key << " rate " << rate;
+    if (rate < 1e-9) {
+      EXPECT_EQ(sp.accepted, 0);
+      EXPECT_EQ(got.tokens, expected.tokens);
+    } else if (rate == 1.0) {
+      EXPECT_EQ(sp.accepted, sp.verified);
+      EXPECT_NE(got.tokens, expected.tokens);  // the random head's drafts are in the output
+    } else {
+      // Accepted drafts: verified ones whose draw fell below the rate, counted up to the first rejection of each
+      // step, so the share of verified drafts accepted is below the rate but well above 0.
+      const double share = static_cast<double>(sp.accepted) / static_cast<double>(sp.verified);
+      EXPECT_GT(share, 0.3) << sp.accepted << "/" << sp.verified;
+      EXPECT_LT(share, 0.8) << sp.accepted << "/" << sp.verified;
+    }
+  }
+}
+
+TEST(SpeculativeSampling, TopProbabilityIsTheSoftmaxOfTheMaximum) {
+  const std::vector<float> logits = {1.0f, 3.0f, -std::numeric_limits<float>::infinity(), 2.0f};
+  const double z = std::exp(-2.0) + 1.0 + std::exp(-1.0);
+  EXPECT_FLOAT_EQ(cpu::top_probability(logits), static_cast<float>(1.0 / z));
+  EXPECT_EQ(cpu::top_probability(std::vector<float>(3, -std::numeric_limits<float>::infinity())), 0.0f);
 }
 
 }  // namespace

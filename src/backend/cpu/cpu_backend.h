@@ -58,6 +58,11 @@ class CpuBackend {
   void mask_rows(Mat& x, const std::vector<int64_t>& rows, const std::vector<const model::TokenMask*>& masks) const {
     for (size_t i = 0; i < rows.size(); ++i) cpu::apply_mask({x.row(rows[i]), static_cast<size_t>(x.cols)}, *masks[i]);
   }
+  std::vector<float> top_probabilities(const Mat& x, const std::vector<int64_t>& rows) const {
+    std::vector<float> out;
+    for (int64_t r : rows) out.push_back(cpu::top_probability({x.row(r), static_cast<size_t>(x.cols)}));
+    return out;
+  }
   std::vector<int32_t> pick_rows(const Mat& x, const std::vector<int64_t>& rows,
                                  const std::vector<model::TokenPick>& picks) const {
     std::vector<int32_t> out;

@@ -90,6 +90,15 @@ void apply_mask(std::span<float> logits, const model::TokenMask& allowed) {
 }
 
 // The first maximum when greedy, else the draw `uniform` ∈ [0, 1) over the filtered, tempered distribution.
+float top_probability(std::span<const float> logits) {
+  if (logits.empty()) return 0.0f;
+  const float top = *std::max_element(logits.begin(), logits.end());
+  if (!std::isfinite(top)) return 0.0f;
+  double z = 0;
+  for (float l : logits) z += std::exp(static_cast<double>(l) - static_cast<double>(top));
+  return static_cast<float>(1.0 / z);
+}
+
 int32_t pick_token(std::span<const float> work, const model::TokenPick& p) {
   if (p.greedy()) return static_cast<int32_t>(std::max_element(work.begin(), work.end()) - work.begin());
   // The kept candidates: the top_k most likely, and of those the ones with probability ≥ min_p times the top

@@ -19,4 +19,9 @@ void apply_mask(std::span<float> logits, const model::TokenMask& allowed);
 // The token `pick` chooses from `logits` (model::TokenPick says how).
 int32_t pick_token(std::span<const float> logits, const model::TokenPick& pick);
 
+// The probability of the most likely token under softmax(logits) at temperature 1: 1 / Σ exp(l − max), in double
+// (-inf logits count 0; a row without a finite maximum answers 0). What a greedy MTP draft's confidence is
+// (LogitsRowRequest::top_probability).
+float top_probability(std::span<const float> logits);
+
 }  // namespace strata::cpu

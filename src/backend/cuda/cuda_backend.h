@@ -168,6 +168,8 @@ class CudaBackend {
   // backend's reference op.
   std::vector<int32_t> pick_rows(const Tensor& x, const std::vector<int64_t>& rows,
                                  const std::vector<model::TokenPick>& picks);
+  // The listed rows' top-token probabilities (cpu::top_probability) computed on the device, one float each home.
+  std::vector<float> top_probabilities(const Tensor& x, const std::vector<int64_t>& rows);
 
   Tensor embed(const WeightRef& table, const std::vector<int32_t>& tokens, int64_t copies);
   // Products (and embed, above): linear.cpp.

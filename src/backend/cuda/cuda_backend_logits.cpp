@@ -108,6 +108,20 @@ void CudaBackend::mask_rows(Tensor& x, const std::vector<int64_t>& rows,
   changed(x.data);
 }
 
+std::vector<float> CudaBackend::top_probabilities(const Tensor& x, const std::vector<int64_t>& rows) {
+  std::vector<float> out(rows.size());
+  if (rows.empty()) return out;
+  const OpClock::Scope timed_op_(clock_, "top_probabilities", rows_.rows, stream_);
+  const std::vector<int32_t> ids(rows.begin(), rows.end());
+  auto* d_rows = static_cast<int32_t*>(scratch_.bytes(ids.size() * (sizeof(int32_t) + sizeof(float))));
+  auto* d_out = reinterpret_cast<float*>(d_rows + ids.size());
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(d_rows, ids.data(), ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  cuda::top_probability_rows(x.data, x.cols, d_rows, static_cast<int64_t>(ids.size()), d_out, stream_);
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(out.data(), d_out, out.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return out;
+}
+
 std::vector<int32_t> CudaBackend::pick_rows(const Tensor& x, const std::vector<int64_t>& rows,
                                             const std::vector<model::TokenPick>& picks) {
   std::vector<int32_t> out(rows.size());

@@ -45,7 +45,44 @@ __global__ void argmax_rows_kernel(const float* __restrict__ x, int64_t cols, co
   }
 }
 
+// One block per listed row: the row's maximum (block reduction), then Σ exp(x − max) in double.
+__global__ void top_probability_kernel(const float* __restrict__ x, int64_t cols, const int32_t* __restrict__ rows,
+                                       float* __restrict__ out) {
+  const float* row = x + static_cast<int64_t>(rows[blockIdx.x]) * cols;
+  __shared__ float warp_max[kArgmaxThreads / 32];
+  __shared__ double warp_sum[kArgmaxThreads / 32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  float top = -INFINITY;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) top = fmaxf(top, row[c]);
+  for (int offset = 16; offset > 0; offset /= 2) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, offset));
+  if (lane == 0) warp_max[warp] = top;
+  __syncthreads();
+  top = lane < warps ? warp_max[lane] : -INFINITY;
+  for (int offset = 16; offset > 0; offset /= 2) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, offset));
+  if (!isfinite(top)) {
+    if (threadIdx.x == 0) out[blockIdx.x] = 0.0f;
+    return;
+  }
+  double z = 0;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) z += exp(static_cast<double>(row[c]) - static_cast<double>(top));
+  for (int offset = 16; offset > 0; offset /= 2) z += __shfl_xor_sync(0xffffffffu, z, offset);
+  if (lane == 0) warp_sum[warp] = z;
+  __syncthreads();
+  if (warp == 0) {
+    z = lane < warps ? warp_sum[lane] : 0.0;
+    for (int offset = 16; offset > 0; offset /= 2) z += __shfl_xor_sync(0xffffffffu, z, offset);
+    if (lane == 0) out[blockIdx.x] = static_cast<float>(1.0 / z);
+  }
+}
+
 }  // namespace
+
+void top_probability_rows(const float* x, int64_t cols, const int32_t* rows, int64_t count, float* out,
+                          cudaStream_t stream) {
+  if (count == 0) return;
+  top_probability_kernel<<<static_cast<unsigned>(count), kArgmaxThreads, 0, stream>>>(x, cols, rows, out);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
 
 void argmax_rows(const float* x, int64_t cols, const int32_t* rows, int64_t count, int32_t* out, cudaStream_t stream) {
   if (count == 0) return;

@@ -14,6 +14,11 @@ namespace strata::cuda {
 // sampler's std::max_element).
 void argmax_rows(const float* x, int64_t cols, const int32_t* rows, int64_t count, int32_t* out, cudaStream_t stream);
 
+// out[i] = 1 / Σ exp(x − max) over row rows[i] (in double; 0 for a row without a finite maximum): the probability
+// of its most likely token at temperature 1, as cpu::top_probability.
+void top_probability_rows(const float* x, int64_t cols, const int32_t* rows, int64_t count, float* out,
+                          cudaStream_t stream);
+
 // Pinned host memory that grows to the largest request and is kept between steps.
 class HostStaging {
  public:

@@ -183,7 +183,7 @@ class Forward {
       out.late_masks_hidden = b_.computing();
     }
 
-    std::vector<int64_t> raw_rows, penalised_rows, masked_rows, pick_rows;
+    std::vector<int64_t> raw_rows, penalised_rows, masked_rows, pick_rows, top_rows;
     std::vector<const RowPenalties*> penalties;
     std::vector<const TokenMask*> masks;
     std::vector<TokenPick> picks;
@@ -200,6 +200,7 @@ class Forward {
         masked_rows.push_back(r.row);
         masks.push_back(mask);
       }
+      if (r.top_probability) top_rows.push_back(r.row);
       if (r.pick) {
         pick_rows.push_back(r.row);
         picks.push_back(*r.pick);
@@ -215,11 +216,15 @@ class Forward {
     out.raw = b_.rows_to_host(logits, raw_rows);
     b_.apply_penalties(logits, penalised_rows, penalties);
     b_.mask_rows(logits, masked_rows, masks);
+    const std::vector<float> top = b_.top_probabilities(logits, top_rows);
     const std::vector<int32_t> picked = b_.pick_rows(logits, pick_rows, picks);
     b_.end_step(step);
     out.picks.assign(stage.rows.size(), -1);
     for (size_t i = 0, next = 0; i < stage.rows.size(); ++i)
       if (stage.rows[i].pick) out.picks[i] = picked[next++];
+    out.top_probs.assign(stage.rows.size(), -1.0f);
+    for (size_t i = 0, next = 0; i < stage.rows.size(); ++i)
+      if (stage.rows[i].top_probability) out.top_probs[i] = top[next++];
     return out;
   }
 
