@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "backend/cpu/sampling.h"
 #include "core/error.h"
@@ -56,14 +57,21 @@ int64_t Drafter::draft(std::vector<DraftJob>& jobs) {
     // One logits row per chunk (its last). A greedy chain's draft is picked where the logits are, with the pick's
     // probability (its confidence) beside it: only an id and a float come home. A sampled chain needs the whole
     // processed distribution (verification compares it with the target's), so its raw row comes home and is
-    // processed here, exactly as the verify step processes the target's.
+    // processed here, exactly as the verify step processes the target's; so does a greedy chain with penalties
+    // under a reduced draft vocabulary (the device's penalties index the whole vocabulary). With a reduced draft
+    // vocabulary the logits' columns are its ids (model::Model::draft_vocabulary): a raw row is spread over the
+    // vocabulary, -inf elsewhere, before it is processed, so every draft distribution is over token ids.
+    const std::vector<int32_t>& subset = model_.draft_vocabulary();
+    const int64_t vocab = model_.config().vocab_size;
     std::vector<Chain*> going;
     for (Chain& ch : chains) if (ch.going) going.push_back(&ch);
+    std::vector<bool> on_device(going.size());
     model::LogitsStage stage;
     for (size_t c = 0; c < going.size(); ++c) {
       const Sequence& s = *going[c]->job->seq;
-      model::LogitsRowRequest req{static_cast<int64_t>(c), !s.params.greedy(), {}, std::nullopt, nullptr};
-      if (s.params.greedy()) {
+      on_device[c] = s.params.greedy() && (subset.empty() || !s.params.processes_logits());
+      model::LogitsRowRequest req{static_cast<int64_t>(c), !on_device[c], {}, std::nullopt, nullptr};
+      if (on_device[c]) {
         if (s.params.processes_logits()) req.penalties = penalties_of(s.params, going[c]->history);
         req.pick = model::TokenPick{};
         req.top_probability = true;
@@ -71,7 +79,6 @@ int64_t Drafter::draft(std::vector<DraftJob>& jobs) {
       stage.rows.push_back(std::move(req));
     }
     const model::DraftOutput out = model_.run_draft(chunks, stage, 0);
-    const int64_t vocab = model_.config().vocab_size;
     for (size_t c = 0, raw = 0; c < going.size(); ++c) {
       Chain& ch = *going[c];
       Sequence& s = *ch.job->seq;
@@ -79,16 +86,28 @@ int64_t Drafter::draft(std::vector<DraftJob>& jobs) {
       int32_t id = 0;
       float prob = 1.0f;
       std::vector<float> q;
-      if (s.params.greedy()) {
-        id = out.logits.picks[c];
+      if (on_device[c]) {
+        const int32_t column = out.logits.picks[c];
+        id = subset.empty() ? column : subset[static_cast<size_t>(column)];
         prob = out.logits.top_probs[c];
       } else {
         const float* row = out.logits.raw.row(static_cast<int64_t>(raw++));
-        std::vector<float> work(row, row + vocab);
+        std::vector<float> work;
+        if (subset.empty()) {
+          work.assign(row, row + vocab);
+        } else {
+          work.assign(static_cast<size_t>(vocab), -std::numeric_limits<float>::infinity());
+          for (size_t k = 0; k < subset.size(); ++k) work[static_cast<size_t>(subset[k])] = row[k];
+        }
         if (s.params.processes_logits()) cpu::apply_penalties(work, penalties_of(s.params, ch.history));
-        q = pick_distribution(work, pick_of(s.params, s.seed, index));
-        id = draw_from(q, draft_uniform(s.seed, index));
-        prob = q[static_cast<size_t>(id)];
+        if (s.params.greedy()) {
+          id = cpu::pick_token(work, model::TokenPick{});
+          prob = cpu::top_probability(work);
+        } else {
+          q = pick_distribution(work, pick_of(s.params, s.seed, index));
+          id = draw_from(q, draft_uniform(s.seed, index));
+          prob = q[static_cast<size_t>(id)];
+        }
       }
       if (cfg_.test_draft)
         if (const std::optional<int32_t> forced = cfg_.test_draft(s, s.spec.tokens)) {

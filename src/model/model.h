@@ -133,6 +133,12 @@ class Model {
   // MTP draft layers (docs/mtp.md): how many the checkpoint has, and a draft step through layer `mtp_layer`, which
   // advances each chunk's state->mtp_tokens[mtp_layer] (SequenceState::rollback_mtp drops positions again).
   virtual int64_t mtp_layers() const { return 0; }
+  // The draft vocabulary (docs/mtp.md, "A reduced draft vocabulary"): the token ids the MTP head scores, in the
+  // order of the draft logits' columns; empty when it scores the whole vocabulary (then column = id).
+  virtual const std::vector<int32_t>& draft_vocabulary() const {
+    static const std::vector<int32_t> none;
+    return none;
+  }
   virtual DraftOutput run_draft(std::vector<DraftChunk>& chunks, const LogitsStage& stage,
                                 int64_t mtp_layer = 0) const = 0;
 

@@ -18,6 +18,7 @@ DeviceWeights::DeviceWeights(const ModelWeights& w, GemmType type, const std::ve
   // The embedding is a row lookup and the head one product per step: both stay bf16 (dequantized if stored FP8).
   add(w.embed, false);
   add(w.head, false);
+  add(w.draft_head, false);  // the MTP head's rows of a reduced draft vocabulary (fp32 on the host), as bf16
   for (const auto* v : {&w.norm, &w.hc_head_fn, &w.hc_head_base, &w.hc_head_scale}) add(*v);
   auto add_compressor = [&](const CompressorWeights& c) {
     add(c.wkv);

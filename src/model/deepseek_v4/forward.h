@@ -115,7 +115,9 @@ class Forward {
       as_chunks.push_back({ch.tokens, &views[c], ch.all_logits});
     }
     Step step{make_step_rows(cfg_, as_chunks, 1), &as_chunks};
-    check_stage(stage, static_cast<int64_t>(step.rows.logits_rows.size()), cfg_.vocab_size);
+    // A reduced draft vocabulary (draft_vocabulary.h): the logits' columns are its ids.
+    const WeightRef& head = w_.draft_head.data ? w_.draft_head : w_.head;
+    check_stage(stage, static_cast<int64_t>(step.rows.logits_rows.size()), head.rows);
     if (!stage.stream_rows.empty())
       fail("MTP draft: the sampling stage asks for ", stage.stream_rows.size(),
            " stream rows; a draft step's output streams are DraftOutput::streams (its logits rows')");
@@ -137,7 +139,7 @@ class Forward {
     b_.end_layer();
     Tensor y = b_.hyper_head(m.hc_head_fn, m.hc_head_base, m.hc_head_scale, streams, step.rows.logits_rows, cfg_);
     b_.rms_norm_rows(y, &m.norm, cfg_.rms_norm_eps);
-    Tensor logits = b_.linear(y, w_.head);
+    Tensor logits = b_.linear(y, head);
     b_.end_recording(logits, Tensor{});
     DraftOutput out;
     out.streams = b_.rows_to_host(streams, step.rows.logits_rows);

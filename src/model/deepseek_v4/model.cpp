@@ -2,10 +2,12 @@
 #include "model/deepseek_v4/layout.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <mutex>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "model/deepseek_v4/draft_vocabulary.h"
 #include "model/host_shared_region.h"
 
 namespace strata::model::v4 {
@@ -259,6 +261,10 @@ Model load_model(const std::string& dir, Device device, Precision precision, Cud
   ModelConfig cfg = load_config(dir);
   auto store = std::make_shared<TensorStore>(TensorStore::open(dir));
   ModelWeights weights = load_weights(cfg, store);
+  // The checkpoint's reduced draft vocabulary, when it has MTP layers and carries one (draft_vocabulary.h).
+  const std::string draft_vocab = dir + "/" + kDraftVocabularyFile;
+  if (!weights.mtp.empty() && std::filesystem::exists(draft_vocab))
+    set_draft_vocabulary(weights, read_draft_vocabulary(draft_vocab, cfg.vocab_size));
   return Model(std::move(cfg), std::move(weights), device, precision, cuda, max_rollback);
 }
 

@@ -114,6 +114,7 @@ class Model : public model::Model {
   Mat forward(const std::vector<int32_t>& tokens, SequenceState& state, bool all_logits = true,
               const LayerObserver& observe = {}) const override;
   int64_t mtp_layers() const override { return static_cast<int64_t>(parts_->w.mtp.size()); }
+  const std::vector<int32_t>& draft_vocabulary() const override { return parts_->w.draft_vocab; }
   DraftOutput run_draft(std::vector<DraftChunk>& chunks, const LogitsStage& stage,
                         int64_t mtp_layer = 0) const override;
   std::vector<int64_t> routed_experts_last_forward() const override { return runner_->routed_experts_last_forward(); }

@@ -89,6 +89,11 @@ struct ModelWeights {
   // Keeps the mapped files and any converted copies alive for the WeightRefs above.
   std::shared_ptr<TensorStore> store;
   std::vector<std::shared_ptr<std::vector<float>>> owned_scales;
+  // A reduced draft vocabulary (set_draft_vocabulary; docs/mtp.md): the MTP head scores only these ids, with
+  // `draft_head` their rows of `head` (fp32, in draft_head_f32). Empty: the MTP head is the whole `head`.
+  std::vector<int32_t> draft_vocab;
+  WeightRef draft_head;
+  std::shared_ptr<std::vector<float>> draft_head_f32;
   // The fp32 copy `head` points at after dequantize_head (empty otherwise).
   std::shared_ptr<std::vector<float>> head_f32;
 };
