@@ -53,7 +53,8 @@ logits as JSON (docs/mtp.md; the PyTorch reference tests/gpu/mtp_reference.py re
 
 The main model runs over all the tokens; its last-layer hidden streams (before the HyperHead) at positions
 0 … n-2, with the tokens at 1 … n-1, then go through MTP layer --layer; row i of "mtp_logits" is the draft of
-the token at position i + 2. The JSON also holds "hidden" (those streams, every position) and "main_logits".
+the token at position i + 2, over the whole vocabulary (a checkpoint's draft_vocab.json is not used here). The JSON
+also holds "hidden" (those streams, every position) and "main_logits".
 
 options:
   --model DIR     checkpoint directory with MTP layers (e.g. from `strata model init --mtp 1`)
@@ -198,7 +199,7 @@ int mtp_logits(const std::vector<std::string>& argv) {
   const int64_t chunk = positive_integer(args, "chunk", n);
   const model::Device device = model::parse_device(args.str("device", "cpu"));
   const model::Precision precision = model::parse_precision(args.str("precision", "bf16"));
-  const std::unique_ptr<model::Model> m = model::open_checkpoint(dir, device, precision);
+  const std::unique_ptr<model::Model> m = model::open_checkpoint(dir, device, precision, {}, 1, /*draft_vocabulary=*/false);
   if (layer < 0 || layer >= m->mtp_layers())
     fail("option --layer: the checkpoint in '", dir, "' has ", m->mtp_layers(), " MTP layers, asked for layer ", layer,
          m->mtp_layers() ? "" : " (write one with `strata model init --mtp 1`)");

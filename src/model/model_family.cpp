@@ -19,11 +19,11 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 std::unique_ptr<Model> open_checkpoint(const std::string& dir, Device device, Precision precision, CudaSwitches cuda,
-                                       int64_t max_rollback) {
+                                       int64_t max_rollback, bool draft_vocabulary) {
   const ModelConfig cfg = load_config(dir);
   return with_model_variant(cfg.variant, [&](auto variant) -> std::unique_ptr<Model> {
     if constexpr (decltype(variant)::value == ModelVariant::DeepSeekV4)
-      return std::make_unique<v4::Model>(v4::load_model(dir, device, precision, cuda, max_rollback));
+      return std::make_unique<v4::Model>(v4::load_model(dir, device, precision, cuda, max_rollback, draft_vocabulary));
   });
 }
 

@@ -16,9 +16,11 @@ namespace strata::model {
 
 // The model in checkpoint directory `dir` (config.json + safetensors), every tensor checked, on `device`.
 // `max_rollback`: how many of its latest tokens a sequence's state can drop again (Model::rollback).
+// `draft_vocabulary`: use the checkpoint's reduced draft vocabulary (draft_vocab.json) if it has one; false makes
+// the MTP head score the whole vocabulary (checking the layer against a reference, `strata model mtp-logits`).
 std::unique_ptr<Model> open_checkpoint(const std::string& dir, Device device = Device::Cpu,
                                        Precision precision = Precision::Bf16, CudaSwitches cuda = {},
-                                       int64_t max_rollback = 1);
+                                       int64_t max_rollback = 1, bool draft_vocabulary = true);
 
 // Named shapes (tiny, small, flash, …) and their configs; `layers` > 0 overrides the layer count.
 std::vector<std::string> preset_names();

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -15,6 +16,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/speculative_sampling.h"
+#include "model/deepseek_v4/draft_vocabulary.h"
 #include "model/deepseek_v4/model.h"
 #include "model/deepseek_v4/presets.h"
 #include "model/deepseek_v4/random_init.h"
@@ -25,6 +27,8 @@ namespace strata::engine {
 namespace {
 
 using model::v4::Model;
+
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -445,6 +449,46 @@ TEST_F(SpeculativeEngine, ForcedAcceptanceAcceptsThatShareOfTheDrafts) {
       EXPECT_LT(share, 0.8) << sp.accepted << "/" << sp.verified;
     }
   }
+}
+
+// A checkpoint's draft_vocab.json (draft_vocabulary.h): the MTP head scores only those ids, and output is unchanged
+// (greedy, with and without penalties, and sampled: verification decides). Drafts are only ever listed ids.
+TEST_F(SpeculativeEngine, AReducedDraftVocabularyKeepsTheOutput) {
+  const std::string dir = test::temp_dir("speculative_draft_vocab");
+  model::v4::write_random_checkpoint(tiny_mtp_config(), dir, 21, DType::F32);  // the fixture's weights
+  std::string ids;
+  for (int id = 0; id < 300; ++id) ids += (id ? "," : "") + std::to_string((id * 7) % 512);
+  write_text(dir + "/draft_vocab.json", "{\"note\": \"test\", \"ids\": [" + ids + "]}");
+  const Model reduced = model::v4::load_model(dir, model::Device::Cpu, model::Precision::Bf16, {}, 5);
+  ASSERT_EQ(reduced.draft_vocabulary().size(), 300u);
+  SamplingParams penalised = greedy(20);
+  penalised.repetition_penalty = 1.3;
+  SamplingParams sampled = greedy(20);
+  sampled.temperature = 0.8;
+  for (const SamplingParams& params : {greedy(20), penalised, sampled}) {
+    Engine plain(*model_, config(0));
+    add_batch(plain, params);
+    const Run expected = run(plain);
+    Engine e(reduced, config(3));
+    add_batch(e, params);
+    const Run got = run(e);
+    EXPECT_GT(got.stats.speculative.verified, 0);
+    if (params.greedy()) {
+      EXPECT_EQ(got.tokens, expected.tokens) << params.repetition_penalty;
+    } else {
+      for (const auto& [key, t] : got.tokens) EXPECT_EQ(t.size(), 20u) << key;
+    }
+  }
+  // Bad files are named.
+  const std::string bad = dir + "/bad.json";
+  write_text(bad, "{\"ids\": [1, 2, 1]}");
+  EXPECT_NE(error_of([&] { model::v4::read_draft_vocabulary(bad, 512); }).find("token 1 is listed twice"), std::string::npos);
+  write_text(bad, "{\"ids\": [1, 600]}");
+  EXPECT_NE(error_of([&] { model::v4::read_draft_vocabulary(bad, 512); }).find("ids[1] = 600 is outside the vocabulary [0, 512)"),
+            std::string::npos);
+  write_text(bad, "[1, 2]");
+  EXPECT_NE(error_of([&] { model::v4::read_draft_vocabulary(bad, 512); }).find("expected an object with an \"ids\" array"),
+            std::string::npos);
 }
 
 TEST(SpeculativeSampling, TopProbabilityIsTheSoftmaxOfTheMaximum) {

@@ -257,13 +257,14 @@ std::vector<Mat> Model::forward_batch(std::vector<SequenceChunk>& chunks, const 
   return out;
 }
 
-Model load_model(const std::string& dir, Device device, Precision precision, CudaSwitches cuda, int64_t max_rollback) {
+Model load_model(const std::string& dir, Device device, Precision precision, CudaSwitches cuda, int64_t max_rollback,
+                 bool draft_vocabulary) {
   ModelConfig cfg = load_config(dir);
   auto store = std::make_shared<TensorStore>(TensorStore::open(dir));
   ModelWeights weights = load_weights(cfg, store);
   // The checkpoint's reduced draft vocabulary, when it has MTP layers and carries one (draft_vocabulary.h).
   const std::string draft_vocab = dir + "/" + kDraftVocabularyFile;
-  if (!weights.mtp.empty() && std::filesystem::exists(draft_vocab))
+  if (draft_vocabulary && !weights.mtp.empty() && std::filesystem::exists(draft_vocab))
     set_draft_vocabulary(weights, read_draft_vocabulary(draft_vocab, cfg.vocab_size));
   return Model(std::move(cfg), std::move(weights), device, precision, cuda, max_rollback);
 }

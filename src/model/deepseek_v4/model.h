@@ -145,7 +145,7 @@ class Model : public model::Model {
 // Reads config.json and the safetensors of a checkpoint directory and checks every tensor; `device` picks the
 // backend (cuda uploads the weights to the GPU) and `precision` its matrix arithmetic.
 Model load_model(const std::string& dir, Device device = Device::Cpu, Precision precision = Precision::Bf16,
-                 CudaSwitches cuda = {}, int64_t max_rollback = 1);
+                 CudaSwitches cuda = {}, int64_t max_rollback = 1, bool draft_vocabulary = true);
 
 // The CUDA runner (backend/cuda), defined only in builds with CUDA.
 std::unique_ptr<ForwardRunner> make_cuda_runner(const Model::Parts& parts, Precision precision, CudaSwitches cuda);
