@@ -25,7 +25,7 @@ struct SpeculativeConfig {
   // own counter-based draw) instead of by the target's distribution, and a rejected one is replaced by the target's
   // pick; the drafter reports A as each draft's probability, so the planner plans for that rate. Measures the speed
   // of speculation at a chosen acceptance on random weights, whose drafts are never right. The output is then not
-  // the model's: every figure taken with it is labelled (bench/run_speculative_gpu.sh).
+  // the model's: every figure taken with it is labelled (bench/run_speculative_flash_gpu.sh).
   std::optional<double> forced_acceptance;
   // TEST ONLY: replaces each draft the MTP layer proposes with this function's token (drafts so far given), drafted
   // as a point mass; nullopt keeps the MTP layer's. Lets tests reach acceptance paths a random MTP head never does.

@@ -89,7 +89,6 @@ void apply_mask(std::span<float> logits, const model::TokenMask& allowed) {
   for (size_t id = covered; id < logits.size(); ++id) logits[id] = kNever;
 }
 
-// The first maximum when greedy, else the draw `uniform` ∈ [0, 1) over the filtered, tempered distribution.
 float top_probability(std::span<const float> logits) {
   if (logits.empty()) return 0.0f;
   const float top = *std::max_element(logits.begin(), logits.end());
@@ -99,6 +98,7 @@ float top_probability(std::span<const float> logits) {
   return static_cast<float>(1.0 / z);
 }
 
+// The first maximum when greedy, else the draw `uniform` ∈ [0, 1) over the filtered, tempered distribution.
 int32_t pick_token(std::span<const float> work, const model::TokenPick& p) {
   if (p.greedy()) return static_cast<int32_t>(std::max_element(work.begin(), work.end()) - work.begin());
   // The kept candidates: the top_k most likely, and of those the ones with probability ≥ min_p times the top
