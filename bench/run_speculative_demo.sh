@@ -9,7 +9,8 @@
 # Usage (repo root, after scripts/setup.sh): bash bench/run_speculative_demo.sh [BUILD_DIR] [OUT_JSON]
 # Environment: DEVICE=cpu (default) or cuda (a BUILD_DIR built with -DSTRATA_CUDA=on; bf16, CUDA graphs on),
 # SEQS="1 64", NS="0 1 2 3 5" (0 must be among them: the reference replies and the speed baseline).
-# Default OUT_JSON: bench/results/speculative_cpu_demo.json (cpu) or speculative_h200_demo.json (cuda).
+# Default OUT_JSON: bench/results/speculative_cpu_demo.json (cpu) or speculative_<gpu>_demo.json (cuda; <gpu> from
+# scripts/provenance.sh --gpu: h100, h200, …).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -18,7 +19,7 @@ seqs_list=${SEQS:-1 64}
 ns=${NS:-0 1 2 3 5}
 case "$device" in
   cpu) default_out=bench/results/speculative_cpu_demo.json ;;
-  cuda) default_out=bench/results/speculative_h200_demo.json ;;
+  cuda) default_out=bench/results/speculative_$(bash scripts/provenance.sh --gpu)_demo.json ;;
   *) echo "run_speculative_demo: DEVICE must be cpu or cuda, got '$device'" >&2; exit 1 ;;
 esac
 out=${2:-$default_out}

@@ -4,12 +4,14 @@
 # each verified draft accepted with probability A by its own draw; the output is then not the model's, and every
 # figure is labelled so). What is measured is the machinery's cost: the MTP layer's chained draft steps, the verify
 # forward of 1 + k rows per sequence, rollback, at the batch sizes of BATCHES.
-# The model: `strata model init --preset flash --layers LAYERS --mtp 1 --dtype fp8` (random, the DeepSeek tokenizer),
+# The model: `strata model init --preset flash --layers LAYERS --mtp 1 --dtype fp8 --fill fast` (random, the DeepSeek
+# tokenizer; --fill fast because exact draws take minutes per V4-Flash layer),
 # run with --precision fp8. Each batch is B chat requests of PROMPT-ish tokens generating MAX_TOKENS tokens each
 # (ignore_eos, greedy) at --max-num-seqs B.
 # Per run: tokens/s over the engine's steps (per GPU) and per user (that divided by B), step and model time, the true
 # speculation counts, and the mean accepted length; DeepSeek's full-acceptance figure (1 + N per verify step) beside
-# the true one, labelled. Writes OUT_DIR/speculative_h200_flash.json and OUT_DIR/progress.log.
+# the true one, labelled. Writes OUT_DIR/speculative_<gpu>_flash.json (<gpu> from scripts/provenance.sh --gpu: h100, h200, …) and
+# OUT_DIR/progress.log.
 # Usage (repo root on the GPU machine; carry .deps/include, .deps/pcre2, .deps/xxhash, .deps/debs and
 # .deps/tokenizer-deepseek_v3): STRATA=build-gpu/strata bash bench/run_speculative_flash_gpu.sh OUT_DIR [COMMIT]
 # Environment: LAYERS=4, BATCHES="1 16 64 256", NS="0 1 3 5" (0 first: the baseline), ACCEPT=0.75 (DeepSeek's
@@ -39,7 +41,7 @@ log() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$out/progress.log"; }
 model=$work/flash$layers-mtp
 if [ ! -f "$model/config.json" ]; then
   t0=$(date +%s)
-  "$strata" model init --preset flash --layers "$layers" --mtp 1 --dtype fp8 --seed 0 \
+  "$strata" model init --preset flash --layers "$layers" --mtp 1 --dtype fp8 --fill fast --seed 0 \
     --tokenizer-from .deps/tokenizer-deepseek_v3 --out "$model" > "$out/flash_init.log" 2>&1 \
     || { tail -20 "$out/flash_init.log"; log "model init failed"; exit 1; }
   log "flash model ($layers layers + 1 MTP layer, fp8) written in $(( $(date +%s) - t0 )) s ($(du -sh "$model" | cut -f1))"
@@ -94,14 +96,15 @@ for r in runs:
 result = {"benchmark": "speculative_decoding_gpu_flash_forced_acceptance", "device": prov["device"],
           "date": prov["date"], "commit": commit,
           "config": {"model": f"random flash preset, {layers} layers + 1 MTP layer, fp8 (strata model init --preset "
-                              f"flash --layers {layers} --mtp 1 --dtype fp8)", "precision": "fp8",
+                              f"flash --layers {layers} --mtp 1 --dtype fp8 --fill fast)", "precision": "fp8",
                      "acceptance": f"FORCED to {accept} per verified draft (--speculative-forced-acceptance): the "
                                    "outputs are not the model's; this measures speed at that rate",
                      "requests_per_batch": "= batch", "max_tokens": int(max_tokens), "ignore_eos": True,
                      "temperature": 0, "speculative_min_prob": 0,
                      "note": "tokens/s over the engine's steps (prefill included); per user = per GPU / batch"},
           "runs": runs}
-json.dump(result, open(f"{out}/speculative_h200_flash.json", "w"), indent=1)
+gpu = subprocess.run(["bash", "scripts/provenance.sh", "--gpu"], capture_output=True, text=True).stdout.strip()
+json.dump(result, open(f"{out}/speculative_{gpu}_flash.json", "w"), indent=1)
 for r in runs:
     sp = r["speculative"]
     print(f"batch {r['batch']:3d} N {r['speculative_tokens']}: {r['tokens_per_s_per_gpu']:8.0f} tok/s/GPU "

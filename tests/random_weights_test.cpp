@@ -10,6 +10,8 @@
 #include "model/deepseek_v4/model.h"
 #include "model/deepseek_v4/presets.h"
 #include "model/deepseek_v4/random_init.h"
+#include "model/deepseek_v4/weights.h"
+#include "model/safetensors.h"
 
 namespace strata {
 namespace {
@@ -72,6 +74,31 @@ TEST(RandomWeights, TokensSpreadOverTheExperts) {
   for (float x : logits.v) ASSERT_TRUE(std::isfinite(x));
   // 64 tokens × top-4 of 32 experts: a router that prefers a few experts would leave most idle.
   EXPECT_GE(m.routed_experts_last_forward()[2], 28);
+}
+
+TEST(RandomWeights, AFastFilledCheckpointHoldsTheInMemoryValues) {
+  // `strata model init --fill fast`: the benchmarks' generator written to disk, so a checkpoint of real V4-Flash
+  // layers takes seconds; loading it gives exactly what random_weights makes, FP8 scales included.
+  const model::ModelConfig c = model::v4::preset_config("small", 2);
+  const std::string dir = ::testing::TempDir() + "strata_fast_fill";
+  for (const DType dt : {DType::BF16, DType::F8_E4M3}) {
+    model::v4::write_random_checkpoint(c, dir, 5, dt, model::v4::RandomFill::Fast);
+    const model::ModelConfig cfg = model::v4::random_checkpoint_config(c, dt);
+    const model::v4::ModelWeights read =
+        model::v4::load_weights(cfg, std::make_shared<model::TensorStore>(model::TensorStore::open(dir)));
+    const model::v4::ModelWeights made = model::v4::random_weights(c, 5, dt);
+    EXPECT_EQ(values(read.embed), values(made.embed)) << dtype_name(dt);
+    EXPECT_EQ(values(read.layers[1].ffn.experts[7].w2), values(made.layers[1].ffn.experts[7].w2)) << dtype_name(dt);
+    EXPECT_EQ(values(read.layers[0].attn.wq_a), values(made.layers[0].attn.wq_a)) << dtype_name(dt);
+    EXPECT_EQ(read.layers[1].attn.attn_sink, made.layers[1].attn.attn_sink);
+    EXPECT_EQ(read.layers[0].ffn.tid2eid, made.layers[0].ffn.tid2eid);
+    // Not the exact draws: those are another distribution's values.
+    model::v4::write_random_checkpoint(c, dir, 5, dt);
+    const model::v4::ModelWeights exact =
+        model::v4::load_weights(cfg, std::make_shared<model::TensorStore>(model::TensorStore::open(dir)));
+    EXPECT_NE(values(exact.embed), values(made.embed));
+  }
+  EXPECT_THROW(model::v4::write_random_checkpoint(c, dir, 5, DType::F4_E2M1X2, model::v4::RandomFill::Fast), Error);
 }
 
 TEST(RandomWeights, RejectsOtherDtypes) {

@@ -43,6 +43,11 @@ options:
                   tokens; the vocabulary grows to 129280 (V4's) so every token id is valid
   --dtype T       f32, bf16, fp8 (e4m3 with 128×128 block scales) or fp4 (the official V4 layout: MXFP4
                   routed experts, e4m3 elsewhere, UE8M0 scales); default f32 for tiny, bf16 otherwise
+  --fill exact|fast
+                  exact (default): every value drawn from its distribution (normal matrices, per-block amax
+                  scales) — the values tests pin, but minutes per V4-Flash layer; fast: uniform values with the
+                  same mean and standard deviation made by every core, as `strata bench --preset` makes them (a
+                  V4-Flash layer in seconds; f32, bf16 or fp8 only)
 
 example:
   strata model init --preset tiny --seed 1 --out /tmp/tiny
@@ -91,7 +96,7 @@ void check_tokenizer_source(const std::string& dir) {
 }
 
 int init(const std::vector<std::string>& argv) {
-  const Args args(argv, {"preset", "out", "layers", "seed", "dtype", "tokenizer-from", "mtp"}, {"help"});
+  const Args args(argv, {"preset", "out", "layers", "seed", "dtype", "tokenizer-from", "mtp", "fill"}, {"help"});
   if (args.has("help")) {
     std::fputs(kInitHelp, stdout);
     return 0;
@@ -112,6 +117,10 @@ int init(const std::vector<std::string>& argv) {
                              : dtype == "fp8" ? DType::F8_E4M3
                              : dtype == "bf16" ? DType::BF16
                                                : DType::F32;
+  const std::string fill = args.str("fill", "exact");
+  if (fill != "exact" && fill != "fast") fail("option --fill: expected exact or fast, found '", fill, "'");
+  if (fill == "fast" && dtype == "fp4")
+    fail("option --fill fast: makes f32, bf16 or fp8 matrices, not fp4 (use --fill exact or another --dtype)");
   if (args.has("tokenizer-from")) check_tokenizer_source(args.str("tokenizer-from"));
   // Everything is written beside `out` first and moved in only when complete: a failure (a tokenizer that is not
   // DeepSeek-V3's, a full disk) must not leave a checkpoint without its tokenizer that later loads as if whole.
@@ -120,7 +129,7 @@ int init(const std::vector<std::string>& argv) {
   const fs::path staging = target.string() + ".partial-" + std::to_string(::getpid());
   try {
     fs::remove_all(staging);
-    model::write_random_checkpoint(cfg, staging.string(), static_cast<uint64_t>(seed), matrix_dtype);
+    model::write_random_checkpoint(cfg, staging.string(), static_cast<uint64_t>(seed), matrix_dtype, fill == "fast");
     if (args.has("tokenizer-from")) {
       text::write_test_tokenizer(args.str("tokenizer-from"), staging.string());
       const text::Tokenizer tok = text::Tokenizer::load(staging.string());

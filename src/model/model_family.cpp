@@ -31,10 +31,12 @@ std::vector<std::string> preset_names() { return v4::preset_names(); }
 
 ModelConfig preset_config(const std::string& name, int64_t layers) { return v4::preset_config(name, layers); }
 
-void write_random_checkpoint(const ModelConfig& config, const std::string& dir, uint64_t seed, DType matrix_dtype) {
+void write_random_checkpoint(const ModelConfig& config, const std::string& dir, uint64_t seed, DType matrix_dtype,
+                             bool fast_fill) {
   with_model_variant(config.variant, [&](auto variant) {
     if constexpr (decltype(variant)::value == ModelVariant::DeepSeekV4)
-      v4::write_random_checkpoint(config, dir, seed, matrix_dtype);
+      v4::write_random_checkpoint(config, dir, seed, matrix_dtype,
+                                  fast_fill ? v4::RandomFill::Fast : v4::RandomFill::Exact);
   });
 }
 

@@ -27,8 +27,10 @@ std::vector<std::string> preset_names();
 ModelConfig preset_config(const std::string& name, int64_t layers = 0);
 
 // Random weights of `config`'s shape (matrices as `matrix_dtype`: BF16, F32 or F8_E4M3 with block scales), written
-// as a checkpoint that open_checkpoint reads.
-void write_random_checkpoint(const ModelConfig& config, const std::string& dir, uint64_t seed, DType matrix_dtype);
+// as a checkpoint that open_checkpoint reads. `fast_fill`: the benchmarks' fast uniform values (random_model's)
+// instead of the exact draws tests are pinned to, for checkpoints of real V4-Flash layers.
+void write_random_checkpoint(const ModelConfig& config, const std::string& dir, uint64_t seed, DType matrix_dtype,
+                             bool fast_fill = false);
 
 // The same in memory, as a model: `config` is the checkpoint's config (with its quantization for FP8).
 struct RandomModel {

@@ -415,11 +415,16 @@ ModelConfig random_checkpoint_config(const ModelConfig& config, DType matrix_dty
   return cfg;
 }
 
-ModelWeights random_weights(const ModelConfig& config, uint64_t seed, DType matrix_dtype) {
-  if (matrix_dtype != DType::F32 && matrix_dtype != DType::BF16 && matrix_dtype != DType::F8_E4M3)
-    fail("random weights: matrices must be F32, BF16 or F8_E4M3, got ", dtype_name(matrix_dtype));
-  const ModelConfig cfg = random_checkpoint_config(config, matrix_dtype);
-  const std::vector<Param> params = model_params(cfg, matrix_dtype);
+namespace {
+
+// Every parameter of `params` filled by the fast generator (above) in one block of host memory: `at[i]` is where
+// parameter i's bytes are. `what` names the caller in errors.
+struct FastValues {
+  std::shared_ptr<uint8_t> memory;
+  std::vector<uint8_t*> at;
+};
+
+FastValues fast_values(const std::vector<Param>& params, const ModelConfig& cfg, uint64_t seed, const char* what) {
   std::vector<size_t> offset(params.size());
   size_t total = 0;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -428,26 +433,40 @@ ModelWeights random_weights(const ModelConfig& config, uint64_t seed, DType matr
   }
   const double available = available_memory_bytes();
   if (available > 0 && static_cast<double>(total) > 0.95 * available)
-    fail("random weights: ", cfg.num_hidden_layers, " layers of ", dtype_name(matrix_dtype), " need ",
-         static_cast<double>(total) / (1 << 30), " GiB of host memory; ", available / (1 << 30),
-         " GiB are available (use fewer --layers or --dtype fp8)");
-  const std::shared_ptr<uint8_t> memory = anonymous_memory(total);
-  std::vector<uint8_t*> at(params.size());
-  for (size_t i = 0; i < params.size(); ++i) at[i] = memory.get() + offset[i];
+    fail(what, ": ", cfg.num_hidden_layers, " layers need ", static_cast<double>(total) / (1 << 30),
+         " GiB of host memory; ", available / (1 << 30), " GiB are available (use fewer --layers or --dtype fp8)");
+  FastValues v{anonymous_memory(total), std::vector<uint8_t*>(params.size())};
+  for (size_t i = 0; i < params.size(); ++i) v.at[i] = v.memory.get() + offset[i];
   const std::vector<Piece> pieces = split_into_pieces(params);
   fp8_uniform_codes();  // built once, before the threads need it
 #pragma omp parallel for schedule(dynamic, 1)
-  for (size_t i = 0; i < pieces.size(); ++i) fill_piece(params, pieces[i], cfg, seed, at);
+  for (size_t i = 0; i < pieces.size(); ++i) fill_piece(params, pieces[i], cfg, seed, v.at);
+  return v;
+}
 
+void check_fast_dtype(DType matrix_dtype, const char* what) {
+  if (matrix_dtype != DType::F32 && matrix_dtype != DType::BF16 && matrix_dtype != DType::F8_E4M3)
+    fail(what, ": matrices must be F32, BF16 or F8_E4M3, got ", dtype_name(matrix_dtype));
+}
+
+}  // namespace
+
+ModelWeights random_weights(const ModelConfig& config, uint64_t seed, DType matrix_dtype) {
+  check_fast_dtype(matrix_dtype, "random weights");
+  const ModelConfig cfg = random_checkpoint_config(config, matrix_dtype);
+  const std::vector<Param> params = model_params(cfg, matrix_dtype);
+  const FastValues v = fast_values(params, cfg, seed, "random weights");
   auto store = std::make_shared<TensorStore>();
   for (size_t i = 0; i < params.size(); ++i) {
     const TensorSpec& s = params[i].spec;
-    store->add_in_memory({s.name, s.dtype, s.shape, at[i], s.nbytes(), "(random weights)"}, memory);
+    store->add_in_memory({s.name, s.dtype, s.shape, v.at[i], s.nbytes(), "(random weights)"}, v.memory);
   }
   return load_weights(cfg, std::move(store));
 }
 
-void write_random_checkpoint(const ModelConfig& config, const std::string& dir, uint64_t seed, DType matrix_dtype) {
+void write_random_checkpoint(const ModelConfig& config, const std::string& dir, uint64_t seed, DType matrix_dtype,
+                             RandomFill fill) {
+  if (fill == RandomFill::Fast) check_fast_dtype(matrix_dtype, "model init --fill fast");
   const ModelConfig cfg = random_checkpoint_config(config, matrix_dtype);
   std::filesystem::create_directories(dir);
   {
@@ -458,10 +477,16 @@ void write_random_checkpoint(const ModelConfig& config, const std::string& dir, 
   const std::vector<Param> params = model_params(cfg, matrix_dtype);
   std::vector<TensorSpec> specs;
   for (const Param& p : params) specs.push_back(p.spec);
+  FastValues fast;
+  if (fill == RandomFill::Fast) fast = fast_values(params, cfg, seed, "model init --fill fast");
   write_safetensors_streaming(
       dir + "/model.safetensors", specs,
-      [&](size_t i, std::vector<uint8_t>& bytes) { fill_values(params, i, cfg, seed, bytes); },
-      {{"format", "pt"}, {"producer", "strata model init"}, {"seed", std::to_string(seed)}});
+      [&](size_t i, std::vector<uint8_t>& bytes) {
+        if (fill == RandomFill::Exact) return fill_values(params, i, cfg, seed, bytes);
+        bytes.assign(fast.at[i], fast.at[i] + params[i].spec.nbytes());
+      },
+      {{"format", "pt"}, {"producer", "strata model init"}, {"seed", std::to_string(seed)},
+       {"fill", fill == RandomFill::Fast ? "fast" : "exact"}});
 }
 
 }  // namespace strata::model::v4

@@ -15,7 +15,13 @@ namespace strata::model::v4 {
 // F4_E2M1X2 for the official V4 layout (MXFP4 routed experts, e4m3 elsewhere, UE8M0 scales). Quantized
 // checkpoints keep embed/head and the compressor/indexer projections BF16. Norms, biases and mHC parameters stay
 // F32 as in the official release.
-void write_random_checkpoint(const ModelConfig& config, const std::string& dir, uint64_t seed, DType matrix_dtype);
+// `fill`: Exact draws every value from its distribution (normals, per-block amax scales: tens of ns a value, so
+// minutes for one V4-Flash layer; the values tests and parity fixtures are pinned to); Fast writes what
+// random_weights (below) makes in memory — uniform values with the same mean and standard deviation, filled by every
+// OpenMP thread — for checkpoints of real V4-Flash layers that benchmarks load (F32, BF16 or F8_E4M3 only).
+enum class RandomFill { Exact, Fast };
+void write_random_checkpoint(const ModelConfig& config, const std::string& dir, uint64_t seed, DType matrix_dtype,
+                             RandomFill fill = RandomFill::Exact);
 
 // The config a random checkpoint with `matrix_dtype` matrices declares: `config` plus its quantization_config
 // (FP8 / FP4). An error for any other dtype than F32, BF16, F8_E4M3 or F4_E2M1X2.
