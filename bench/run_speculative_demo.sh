@@ -8,7 +8,8 @@
 # full-acceptance figure (1 + N tokens per verify step) is written beside the true one, labelled.
 # Usage (repo root, after scripts/setup.sh): bash bench/run_speculative_demo.sh [BUILD_DIR] [OUT_JSON]
 # Environment: DEVICE=cpu (default) or cuda (a BUILD_DIR built with -DSTRATA_CUDA=on; bf16, CUDA graphs on),
-# SEQS="1 64", NS="0 1 2 3 5" (0 must be among them: the reference replies and the speed baseline).
+# SEQS="1 64", NS="0 1 2 3 5" (0 must be among them: the reference replies and the speed baseline), EVERY=1 (take
+# every EVERY-th request of the set: EVERY=5 is 48 requests, for a batch-1 run that must end sooner).
 # Default OUT_JSON: bench/results/speculative_cpu_demo.json (cpu) or speculative_<gpu>_demo.json (cuda; <gpu> from
 # scripts/provenance.sh --gpu: h100, h200, …).
 set -euo pipefail
@@ -27,7 +28,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMP_WAIT_POLICY=PASSIVE
 commit=${COMMIT:-$(bash scripts/provenance.sh --commit)}
-python3 tools/demo_model/eval_requests.py "$work/requests.jsonl"
+every=${EVERY:-1}
+python3 tools/demo_model/eval_requests.py "$work/requests.jsonl" "$every"
 for seqs in $seqs_list; do
   for n in $ns; do
     "$build/strata" generate --model models/demo --device "$device" --input "$work/requests.jsonl" \
@@ -36,11 +38,11 @@ for seqs in $seqs_list; do
     echo "seqs $seqs N $n: done" >&2
   done
 done
-python3 - "$work" "$out" "$commit" "$device" "$seqs_list" "$ns" <<'PY'
+python3 - "$work" "$out" "$commit" "$device" "$seqs_list" "$ns" "$every" <<'PY'
 import json, os, subprocess, sys
 sys.path.insert(0, "tools/demo_model")
 from eval_requests import replies
-work, out, commit, device, seqs_list, ns = sys.argv[1:]
+work, out, commit, device, seqs_list, ns, every = sys.argv[1:]
 seqs_list, ns = [int(x) for x in seqs_list.split()], [int(x) for x in ns.split()]
 
 runs = []
@@ -68,7 +70,8 @@ result = {"benchmark": f"speculative_decoding_{device}_demo", "commit": commit,
           "device": prov[0],
           "config": {"model": "models/demo (with its trained MTP layer)", "backend": device,
                      "precision": "bf16" if device == "cuda" else "fp32", "requests": len(plain),
-                     "set": "models/demo/heldout_eval.jsonl (the CI eval set), temperature 0",
+                     "set": "models/demo/heldout_eval.jsonl (the CI eval set), temperature 0"
+                            + (f", every {every}th request" if every != "1" else ""),
                      "speculative_min_prob": 0.1, "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "all cores"),
                      "note": "grammar-constrained requests (tool calls, JSON) do not speculate; their tokens are in "
                              "generated_tokens but not in speculative.emitted"},
