@@ -1,6 +1,7 @@
 #include "cli/engine_options.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "cache/duration.h"
 #include "core/error.h"
@@ -28,7 +29,7 @@ const char* const kCacheOptionsHelp =
 )";
 
 const std::set<std::string> kSpeculativeOptions = {"speculative-tokens", "speculative-min-prob",
-                                                   "speculative-forced-acceptance"};
+                                                   "speculative-forced-acceptance", "speculative-step-cost"};
 const char* const kSpeculativeOptionsHelp =
     R"(  --speculative-tokens N     speculative decoding with the model's MTP layer (docs/mtp.md): draft up to N tokens
                              (1..8) ahead and verify them in one forward; 0 = off (default). Greedy output is
@@ -36,6 +37,10 @@ const char* const kSpeculativeOptionsHelp =
                              distribution. Needs a checkpoint with MTP layers (model init --mtp 1); grammar-
                              constrained requests do not speculate
   --speculative-min-prob P   stop a draft chain at the first draft the MTP layer gives less than P (default 0.1)
+  --speculative-step-cost R  the draft planner's cost model: a step costs R rows' worth of fixed work (reading the
+                             weights) plus one per row, and a draft row is verified only while it raises the expected
+                             tokens per unit of that cost (default 8; large on a GPU, where a decode step is bound by
+                             reading the weights and rows are nearly free; "inf" verifies every draft)
   --speculative-forced-acceptance A
                              BENCHMARKS ONLY: accept each verified draft with probability A instead of checking it
                              against the model (a rejected one becomes the model's token), to time speculation at a
@@ -63,6 +68,13 @@ engine::SpeculativeConfig read_speculative_options(const Args& args) {
       fail("option --speculative-forced-acceptance: expected a probability in [0, 1], found ", a);
     if (c.tokens == 0) fail("option --speculative-forced-acceptance: needs --speculative-tokens N with N ≥ 1");
     c.forced_acceptance = a;
+  }
+  if (args.has("speculative-step-cost")) {
+    if (c.tokens == 0) fail("option --speculative-step-cost: needs --speculative-tokens N with N ≥ 1");
+    const std::string v = args.str("speculative-step-cost");
+    c.step_cost_rows = v == "inf" ? std::numeric_limits<double>::infinity() : args.number("speculative-step-cost", 0.0);
+    if (!(c.step_cost_rows >= 0.0))
+      fail("option --speculative-step-cost: expected a number of rows ≥ 0 or \"inf\", found '", v, "'");
   }
   return c;
 }

@@ -138,5 +138,20 @@ TEST(GenerateOptions, IncompatibleOptionsSaySo) {
   EXPECT_NE(both.err.find("give exactly one of --prompt-ids, --prompt and --chat"), std::string::npos) << both.err;
 }
 
+TEST(GenerateOptions, SpeculativeStepCostIsCheckedAndNeedsSpeculation) {
+  const Outcome alone = run_strata({"generate", "--prompt-ids", "5", "--speculative-step-cost", "64"});
+  EXPECT_EQ(alone.code, 1);
+  EXPECT_NE(alone.err.find("option --speculative-step-cost: needs --speculative-tokens N with N ≥ 1"), std::string::npos)
+      << alone.err;
+  const Outcome negative =
+      run_strata({"generate", "--prompt-ids", "5", "--speculative-tokens", "2", "--speculative-step-cost", "-1"});
+  EXPECT_NE(negative.err.find("option --speculative-step-cost: expected a number of rows ≥ 0 or \"inf\", found '-1'"),
+            std::string::npos)
+      << negative.err;
+  const Outcome word =
+      run_strata({"generate", "--prompt-ids", "5", "--speculative-tokens", "2", "--speculative-step-cost", "many"});
+  EXPECT_NE(word.err.find("option --speculative-step-cost: expected a number, found 'many'"), std::string::npos) << word.err;
+}
+
 }  // namespace
 }  // namespace strata::test
