@@ -10,6 +10,16 @@
 
 namespace strata::engine {
 
+namespace {
+
+// Where a constrained span's grammar stopped taking its step's tokens (indices into them; -1: it took them all).
+struct GrammarVerdict {
+  int64_t refused_at = -1;     // a token outside its mask (never, short of a bug): the sequence ends there
+  int64_t terminated_at = -1;  // the token the grammar accepted as its end
+};
+
+}  // namespace
+
 Engine::Engine(const model::Model& model, EngineConfig config)
     : model_(model),
       cfg_(config),
@@ -145,9 +155,9 @@ void Engine::add_request(const std::string& request_id, std::vector<int32_t> pro
     if (params.constraint) s->constrained = std::make_unique<ConstrainedOutput>(params.constraint, vocab, eos);
     s->arrival = std::chrono::steady_clock::now();
     s->handoff = handoff;
-    // Grammar-constrained sequences do not speculate (a draft's row would need the mask of the state after the drafts
-    // before it); a logits capture wants each token's own row, and a state export samples nothing.
-    s->spec.enabled = cfg_.speculative.enabled() && !params.constraint && !params.capture_logits && !handoff.exports();
+    // A logits capture wants each token's own row, and a state export samples nothing. Grammar-constrained ones do
+    // speculate: each verify row gets the mask of the grammar state after the drafts before it (plan_drafts).
+    s->spec.enabled = cfg_.speculative.enabled() && !params.capture_logits && !handoff.exports();
     if (cached) {
       s->cache.emplace();
       s->cache->salt = salt;
@@ -255,15 +265,27 @@ std::vector<TokenEvent> Engine::step() {
   StepOutput out = runner_.execute(plan, late);
   totals_.model_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - model_start).count();
   if (out.late_masks_hidden) totals_.grammar_mask_hidden_seconds += mask_seconds;
-  // Each constrained row's grammar takes its pick. A matcher is its sequence's own, so the rows go in parallel, as
-  // their masks do: one after another, 64 rows' advances were a tenth of a small model's GPU decode step.
-  std::vector<char> refused(plan.spans.size(), 0);
+  // Each constrained row's grammar takes its picks (a verify span's accepted drafts and the token after them), up to
+  // the one that ends it. A matcher is its sequence's own, so the rows go in parallel, as their masks do: one after
+  // another, 64 rows' advances were a tenth of a small model's GPU decode step.
+  std::vector<GrammarVerdict> verdicts(plan.spans.size());
   {
     const auto n = static_cast<int64_t>(late.spans.size());
 #pragma omp parallel for schedule(dynamic) if (n >= 8)
     for (int64_t k = 0; k < n; ++k) {
       const size_t i = late.spans[static_cast<size_t>(k)];
-      refused[i] = !constrained[static_cast<size_t>(k)]->accept(out.spans[i].tokens.at(0));
+      ConstrainedOutput& c = *constrained[static_cast<size_t>(k)];
+      const std::vector<int32_t>& tokens = out.spans[i].tokens;
+      for (size_t t = 0; t < tokens.size(); ++t) {
+        if (!c.accept(tokens[t])) {
+          verdicts[i].refused_at = static_cast<int64_t>(t);
+          break;
+        }
+        if (c.terminated()) {
+          verdicts[i].terminated_at = static_cast<int64_t>(t);
+          break;
+        }
+      }
     }
   }
   scheduler_.commit(plan, out);
@@ -335,8 +357,9 @@ std::vector<TokenEvent> Engine::step() {
       const bool eos_id = !s.params.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end();
       // A grammar that refuses the pick (a pick outside its mask: never, short of a bug) ends the sequence; one
       // that accepted its end stops it, ignore_eos or not.
-      if (refused[i]) ends = FinishReason::Abort;
-      else if (stop_id || eos_id || (s.constrained && s.constrained->terminated())) ends = FinishReason::Stop;
+      const auto at = static_cast<int64_t>(t);
+      if (verdicts[i].refused_at == at) ends = FinishReason::Abort;
+      else if (stop_id || eos_id || verdicts[i].terminated_at == at) ends = FinishReason::Stop;
       else if (static_cast<int64_t>(s.output.size()) >= s.params.max_tokens || s.num_tokens() >= cfg_.max_model_len)
         ends = FinishReason::Length;
     }
@@ -361,6 +384,7 @@ std::vector<TokenEvent> Engine::step() {
 void Engine::plan_drafts() {
   std::vector<Sequence*> decoding;
   std::vector<std::vector<float>> probs;
+  std::vector<size_t> constrained;  // indices into `decoding`
   int64_t decodes = 0;
   for (const auto& [id, s] : sequences_) {
     if (s->status != SequenceStatus::Running || s->awaiting_state || s->num_uncomputed() != 1) continue;
@@ -369,10 +393,30 @@ void Engine::plan_drafts() {
     if (s->spec.tokens.empty()) continue;
     decoding.push_back(s.get());
     probs.push_back(s->spec.probs);
+    if (s->constrained) {
+      // Drafts the grammar refuses would be rejected by the masked rows: they are not worth a row.
+      probs.back().resize(std::min(probs.back().size(), s->constrained->allowed_prefix(s->spec.tokens)));
+      constrained.push_back(decoding.size() - 1);
+    }
   }
   // The step's other rows (prefill chunks) are left out of the cost: the plan is made before the scheduler chunks.
   const std::vector<int64_t> take = engine::plan_drafts(probs, decodes, decodes, cfg_.speculative.step_cost_rows);
   for (size_t i = 0; i < decoding.size(); ++i) decoding[i]->spec.planned = take[i];
+  // Constrained sequences: each planned draft's row picks under the grammar state after it. Matchers are their
+  // sequences' own, so the masks are built in parallel (as build_masks does).
+  if (constrained.empty()) return;
+  const auto start = std::chrono::steady_clock::now();
+  int64_t built = 0;
+  for (size_t k : constrained) built -= decoding[k]->constrained->masks_built();
+  const auto n = static_cast<int64_t>(constrained.size());
+#pragma omp parallel for schedule(dynamic) if (n >= 8)
+  for (int64_t k = 0; k < n; ++k) {
+    Sequence& s = *decoding[constrained[static_cast<size_t>(k)]];
+    s.spec.masks = s.constrained->masks_after(s.spec.tokens, static_cast<size_t>(s.spec.planned));
+  }
+  for (size_t k : constrained) built += decoding[k]->constrained->masks_built();
+  totals_.grammar_masks += built;  // built before the step, so never hidden behind its forward
+  totals_.grammar_mask_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void Engine::fill_draft_checks(ScheduledSpan& span, Sequence& s) {
@@ -387,7 +431,10 @@ void Engine::fill_draft_checks(ScheduledSpan& span, Sequence& s) {
     d.residual_uniform = residual_uniform(s.seed, index);
     history.add_output(d.id);
     d.next = SpanSampling{s.params.processes_logits() ? penalties_of(s.params, history) : model::RowPenalties{},
-                          pick_of(s.params, s.seed, index + 1), s.params.logprobs, nullptr};
+                          pick_of(s.params, s.seed, index + 1), s.params.logprobs,
+                          j < s.spec.masks.size() ? s.spec.masks[j] : nullptr};
+    if (s.constrained && j >= s.spec.masks.size())
+      fail("engine: sequence ", s.id, " verifies draft ", j, " without its grammar mask (", s.spec.masks.size(), " built)");
   }
 }
 

@@ -19,12 +19,15 @@ namespace {
 // draw on a rejection, else the last row's pick: the bonus token), go into `tokens`; answers how many were accepted.
 // With a forced acceptance rate (benchmarks on random weights), draft j is accepted when its accept draw is below
 // the rate, else the row's pick replaces it.
+// Grammar masks (structured outputs) apply to the distribution checked as to the pick: the first row's is
+// `first_mask` (a late mask), the others' their SpanSampling's.
 template <class Pick, class Raw>
-int64_t accept_drafts(const ScheduledSpan& span, const Pick& pick, const Raw& raw_row, std::optional<double> forced,
-                      std::vector<int32_t>& tokens) {
+int64_t accept_drafts(const ScheduledSpan& span, const model::TokenMask* first_mask, const Pick& pick,
+                      const Raw& raw_row, std::optional<double> forced, std::vector<int32_t>& tokens) {
   for (size_t j = 0; j < span.drafts.size(); ++j) {
     const DraftToken& d = span.drafts[j];
     const SpanSampling& row = j == 0 ? *span.sampling : span.drafts[j - 1].next;
+    const model::TokenMask* mask = j == 0 ? (row.allowed ? row.allowed.get() : first_mask) : row.allowed.get();
     const auto r = static_cast<int64_t>(j);
     if (forced) {
       if (!(d.accept_uniform < *forced)) {
@@ -39,6 +42,7 @@ int64_t accept_drafts(const ScheduledSpan& span, const Pick& pick, const Raw& ra
     } else {
       std::vector<float> work(raw_row(r).begin(), raw_row(r).end());
       cpu::apply_penalties(work, row.penalties);
+      if (mask) cpu::apply_mask(work, *mask);
       const std::vector<float> p = pick_distribution(work, row.pick);
       std::vector<float> point;
       if (d.q.empty()) {
@@ -97,9 +101,9 @@ StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late)
       fail("model runner: sequence ", span.sequence_id, span.samples ? " samples without" : " has sampling settings but does not sample",
            " sampling settings");
     const bool verifies = !span.drafts.empty();
-    if (verifies && (!span.samples || span.tokens.size() != 1 || span.all_logits || late_mask[i] || span.sampling->allowed))
+    if (verifies && (!span.samples || span.tokens.size() != 1 || span.all_logits))
       fail("model runner: sequence ", span.sequence_id, " asks to verify ", span.drafts.size(),
-           " drafts, but only a sampling decode span of one token without logits capture or grammar mask may");
+           " drafts, but only a sampling decode span of one token without logits capture may");
     model::SequenceChunk chunk{span.tokens, &state, span.all_logits || verifies};
     for (const DraftToken& d : span.drafts) {
       if (d.id < 0 || d.id >= vocab) fail("model runner: sequence ", span.sequence_id, "'s draft token ", d.id, " is outside the vocabulary [0, ", vocab, ")");
@@ -131,8 +135,9 @@ StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late)
         req.penalties = sampling->penalties;
         req.pick = sampling->pick;
         req.allowed = sampling->allowed;
-        // Late masks come in span order, which is the stage's row order (rows are numbered chunk after chunk).
-        req.allowed_late = late_mask[i];
+        // Late masks come in span order, which is the stage's row order (rows are numbered chunk after chunk). A
+        // verify span's late mask is its first row's; the rows after its drafts bring their own.
+        req.allowed_late = late_mask[i] && pick_from == 0;
         if (pick_from == 0) first_pick[i] = static_cast<int64_t>(stage.rows.size());
       }
       if (req.raw_home || req.pick) stage.rows.push_back(std::move(req));
@@ -140,7 +145,14 @@ StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late)
     rows += count;
   }
 
-  if (!late.spans.empty()) stage.late_masks = late.build;
+  // The late masks are kept as they are handed over: a sampled verification applies a verify span's first-row mask
+  // to the distribution it checks the first draft against.
+  std::vector<std::shared_ptr<const model::TokenMask>> built_late;
+  if (!late.spans.empty())
+    stage.late_masks = [&] {
+      built_late = late.build();
+      return built_late;
+    };
   const model::StepLogits home = model_.run_step(chunks, stage, observe_);
   out.late_masks_hidden = home.late_masks_hidden;
 
@@ -168,8 +180,13 @@ StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late)
       if (span.drafts.empty()) {
         o.tokens.push_back(pick(0));
       } else {
-        o.accepted = accept_drafts(span, pick, [&](int64_t r) { return raw_row(first_row[i] + r); }, forced_acceptance_,
-                                  o.tokens);
+        const model::TokenMask* first_mask = nullptr;
+        if (late_mask[i]) {
+          const auto k = static_cast<size_t>(std::find(late.spans.begin(), late.spans.end(), i) - late.spans.begin());
+          if (k < built_late.size()) first_mask = built_late[k].get();
+        }
+        o.accepted = accept_drafts(span, first_mask, pick, [&](int64_t r) { return raw_row(first_row[i] + r); },
+                                   forced_acceptance_, o.tokens);
         // The state keeps the span's token and the accepted drafts; the rows written for the others are dropped.
         if (o.accepted < static_cast<int64_t>(span.drafts.size()))
           model_.rollback(pool_.slot(span.slot), span.start + 1 + o.accepted);

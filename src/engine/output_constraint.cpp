@@ -46,30 +46,81 @@ std::shared_ptr<model::TokenMask> ConstrainedOutput::writable_buffer() {
   return buffer_;
 }
 
+void ConstrainedOutput::fill(model::TokenMask& mask) {
+  mask.assign(std::max(words_, constraint_->grammar->vocabulary().mask_words()), 0u);
+  matcher_->fill_mask(mask.data());
+  for (int32_t id : constraint_->banned) clear_bit(mask, id);
+  // A grammar that cannot go on (its next bytes are in no token) ends the output rather than picking from nothing.
+  if (std::all_of(mask.begin(), mask.end(), [](uint32_t w) { return w == 0; }))
+    mask[static_cast<size_t>(eos_) / 32] |= 1u << (eos_ % 32);
+  ++masks_built_;
+}
+
 std::shared_ptr<const model::TokenMask> ConstrainedOutput::next_mask() {
   if (!active_ || !matcher_) return free_mask_;
   std::shared_ptr<model::TokenMask> mask = writable_buffer();
-  mask->assign(std::max(words_, constraint_->grammar->vocabulary().mask_words()), 0u);
-  matcher_->fill_mask(mask->data());
-  for (int32_t id : constraint_->banned) clear_bit(*mask, id);
-  // A grammar that cannot go on (its next bytes are in no token) ends the output rather than picking from nothing.
-  if (std::all_of(mask->begin(), mask->end(), [](uint32_t w) { return w == 0; }))
-    (*mask)[static_cast<size_t>(eos_) / 32] |= 1u << (eos_ % 32);
-  ++masks_built_;
+  fill(*mask);
   return mask;
 }
 
-bool ConstrainedOutput::accept(int32_t token) {
+std::optional<ConstrainedOutput::Advance> ConstrainedOutput::advance(int32_t token) {
   if (std::find(constraint_->banned.begin(), constraint_->banned.end(), token) != constraint_->banned.end())
-    return false;
+    return std::nullopt;
   if (!active_) {
-    if (constraint_->starts_after && token == *constraint_->starts_after) active_ = true;
-    return true;
+    if (constraint_->starts_after && token == *constraint_->starts_after) {
+      active_ = true;
+      return Advance{true, false};
+    }
+    return Advance{};
   }
-  if (!matcher_) return true;
-  if (matcher_->accept_token(token)) return true;
+  if (!matcher_) return Advance{};
+  if (matcher_->accept_token(token)) return Advance{false, true};
   // The forced end of a grammar that could not go on (next_mask) is not a grammar token: it ends the output.
-  return token == eos_;
+  if (token == eos_) return Advance{};
+  return std::nullopt;
+}
+
+void ConstrainedOutput::undo(const Advance& a) {
+  if (a.stepped) matcher_->rollback(1);
+  if (a.started) active_ = false;
+}
+
+bool ConstrainedOutput::accept(int32_t token) { return advance(token).has_value(); }
+
+size_t ConstrainedOutput::allowed_prefix(std::span<const int32_t> drafts) {
+  std::vector<Advance> done;
+  for (int32_t d : drafts) {
+    // Past the grammar's end nothing is allowed (only the eos that ended it was).
+    if (terminated()) break;
+    const std::optional<Advance> a = advance(d);
+    if (!a) break;
+    done.push_back(*a);
+  }
+  for (auto it = done.rbegin(); it != done.rend(); ++it) undo(*it);
+  return done.size();
+}
+
+std::vector<std::shared_ptr<const model::TokenMask>> ConstrainedOutput::masks_after(std::span<const int32_t> drafts,
+                                                                                   size_t count) {
+  std::vector<std::shared_ptr<const model::TokenMask>> masks;
+  std::vector<Advance> done;
+  for (size_t j = 0; j < std::min(count, drafts.size()); ++j) {
+    const std::optional<Advance> a = advance(drafts[j]);
+    if (!a) {
+      for (auto it = done.rbegin(); it != done.rend(); ++it) undo(*it);
+      fail("constrained output: draft ", j, " (token ", drafts[j], ") is not allowed here; ask allowed_prefix first");
+    }
+    done.push_back(*a);
+    if (!active_ || !matcher_) {
+      masks.push_back(free_mask_);
+      continue;
+    }
+    auto mask = std::make_shared<model::TokenMask>();
+    fill(*mask);
+    masks.push_back(std::move(mask));
+  }
+  for (auto it = done.rbegin(); it != done.rend(); ++it) undo(*it);
+  return masks;
 }
 
 }  // namespace strata::engine

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "model/logits_stage.h"
@@ -38,6 +39,13 @@ class ConstrainedOutput {
   std::shared_ptr<const model::TokenMask> next_mask();
   // The picked token. False when the grammar refuses it (a pick outside the mask: never, short of a bug).
   bool accept(int32_t token);
+
+  // Speculative decoding (docs/mtp.md): how many of `drafts`, in order, the constraint allows from here (the first
+  // it refuses, and everything after, would be rejected by the masked verification anyway), and the masks of the
+  // rows after each of the first `count` drafts — row j + 1 of the verify span picks with drafts 0..j accepted.
+  // Both leave this position as it was.
+  size_t allowed_prefix(std::span<const int32_t> drafts);
+  std::vector<std::shared_ptr<const model::TokenMask>> masks_after(std::span<const int32_t> drafts, size_t count);
   // The grammar accepted its end (eos): nothing may follow.
   bool terminated() const { return matcher_ && matcher_->is_terminated(); }
   // Whether the grammar is in force (after `starts_after`, or from the start).
@@ -48,6 +56,14 @@ class ConstrainedOutput {
 
  private:
   std::shared_ptr<model::TokenMask> writable_buffer();
+  // Fills `mask` with what the next pick may choose at this position (the grammar active).
+  void fill(model::TokenMask& mask);
+  // One accepted token, undoable: whether it started the grammar and whether the matcher took a step.
+  struct Advance {
+    bool started = false, stepped = false;
+  };
+  std::optional<Advance> advance(int32_t token);
+  void undo(const Advance& a);
 
   std::shared_ptr<const OutputConstraint> constraint_;
   int64_t vocab_size_;

@@ -60,11 +60,13 @@ struct StateHandoff {
 // positions after the sequence's last token, and the main model's last-layer streams the MTP layer has not
 // consumed yet.
 struct SequenceDrafts {
-  bool enabled = false;  // it speculates: the engine's option is on, and no grammar, logits capture or state export
+  bool enabled = false;  // it speculates: the engine's option is on, and no logits capture or state export
   std::vector<int32_t> tokens;            // d_1, d_2, … for positions num_tokens(), num_tokens() + 1, …
   std::vector<float> probs;               // the draft distribution's probability of each (the planner's confidence)
   std::vector<std::vector<float>> dists;  // each one's draft distribution q (sampling); empty when greedy
   int64_t planned = 0;                    // how many of them the next step verifies (engine/draft_planner.h)
+  // Structured outputs: the grammar mask of the row after each planned draft (the pick with drafts 0..j taken).
+  std::vector<std::shared_ptr<const model::TokenMask>> masks;
   Mat streams;                            // main model's last-layer streams of positions streams_from onward
   int64_t streams_from = -1;
   SpeculativeCounts counts;
@@ -72,6 +74,7 @@ struct SequenceDrafts {
     tokens.clear();
     probs.clear();
     dists.clear();
+    masks.clear();
     planned = 0;
   }
   void clear() {  // preempted: its state, and the MTP layer's with it, is gone

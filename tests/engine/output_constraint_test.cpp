@@ -68,6 +68,32 @@ TEST(ConstrainedOutput, MasksFollowTheGrammarAndEosOnlyAtTheEnd) {
   EXPECT_TRUE(out.terminated());
 }
 
+// Speculative decoding's questions (docs/mtp.md): how far a draft chain is allowed, and the masks of the rows after
+// each draft; neither moves the sequence's own position.
+TEST(ConstrainedOutput, DraftPrefixesAndTheirMasksLeaveThePositionAlone) {
+  ConstrainedOutput out(constraint("root ::= \"ab\" \"c\"+", 29), 512, 1);
+  const std::vector<int32_t> chain = {5, 29, 31, 4, 3, 4};  // free "d", </think>, "ab", "c", then "b": refused
+  EXPECT_EQ(out.allowed_prefix(chain), 4u);
+  EXPECT_FALSE(out.active());
+  const auto masks = out.masks_after(chain, 4);
+  ASSERT_EQ(masks.size(), 4u);
+  EXPECT_EQ(masks[0], out.next_mask()) << "before </think>: the free mask";
+  EXPECT_TRUE(allows(*masks[1], 31) && allows(*masks[1], 2) && !allows(*masks[1], 4)) << "after </think>: ab";
+  EXPECT_TRUE(allows(*masks[2], 4) && !allows(*masks[2], 1)) << "after ab: c, not yet eos";
+  EXPECT_TRUE(allows(*masks[3], 4) && allows(*masks[3], 1)) << "after abc: c or the end";
+  EXPECT_THROW(out.masks_after(chain, 5), Error) << "the fifth is refused";
+  EXPECT_FALSE(out.active()) << "the throw left the position alone";
+  // The same again from here: nothing moved.
+  EXPECT_EQ(out.allowed_prefix(chain), 4u);
+  EXPECT_TRUE(out.accept(5));
+  EXPECT_TRUE(out.accept(29));
+  EXPECT_TRUE(out.accept(31));
+  // The grammar's end: nothing after the eos that ends it.
+  const std::vector<int32_t> tail = {4, 1, 4};
+  EXPECT_EQ(out.allowed_prefix(tail), 2u);
+  EXPECT_FALSE(out.terminated());
+}
+
 TEST(ConstrainedOutput, StartsAfterItsTokenAndBansTokensThroughout) {
   ConstrainedOutput out(constraint("root ::= \"c\"+", 29, {3}), 512, 1);
   auto free = out.next_mask();

@@ -20,6 +20,7 @@
 #include "model/deepseek_v4/model.h"
 #include "model/deepseek_v4/presets.h"
 #include "model/deepseek_v4/random_init.h"
+#include "text/grammar/compiled_grammar.h"
 #include "test_util.h"
 #include "tiny_model.h"
 
@@ -401,6 +402,125 @@ TEST_F(SpeculativeEngine, SampledTokensAreDistributedAsWithoutSpeculation) {
   EXPECT_EQ(counts.verified, seeds);  // token 1's draft, for every seed
   EXPECT_GT(counts.accepted, counts.verified / 5);
   EXPECT_LT(counts.accepted, counts.verified);  // rejections: the residual draw ran
+}
+
+// ---- structured outputs: drafts under a grammar ------------------------------------------------------------------
+
+// The tiny vocabulary as a grammar vocabulary: id 1 eos, ids 2-27 the letters a-z, the rest unmatchable filler.
+std::shared_ptr<const OutputConstraint> letters_constraint(int64_t vocab, const std::string& ebnf) {
+  std::vector<std::string> bytes(static_cast<size_t>(vocab));
+  std::vector<bool> excluded(bytes.size(), false);
+  bytes[0] = "<bos>";
+  excluded[0] = true;
+  bytes[1] = "<eos>";
+  for (size_t id = 2; id < bytes.size(); ++id)
+    bytes[id] = id < 28 ? std::string(1, static_cast<char>('a' + id - 2)) : "#" + std::to_string(id);
+  auto c = std::make_shared<OutputConstraint>();
+  c->grammar = text::grammar::CompiledGrammar::from_ebnf(
+      ebnf, std::make_shared<const text::grammar::TokenVocabulary>(std::move(bytes), std::move(excluded), 1));
+  return c;
+}
+
+// Constrained sequences speculate: each verify row picks under the grammar state after the drafts before it, and
+// the greedy output is the plain constrained decode's — with the random MTP head's drafts (mostly outside the
+// grammar: not verified), and with the target's own continuation spoiled at every fifth position by a letter the
+// grammar allows there (verified and rejected) and at others by a token it never allows (not verified).
+TEST_F(SpeculativeEngine, ConstrainedGreedyOutputIsIdenticalAndDraftsAreVerifiedUnderTheMasks) {
+  const auto constraint = letters_constraint(model_->config().vocab_size, "root ::= [a-e]{12} \"z\"");
+  SamplingParams p = greedy(20);
+  p.ignore_eos = false;
+  p.constraint = constraint;
+  const auto add = [&](Engine& e) {
+    for (int q = 0; q < 4; ++q) e.add_request("g" + std::to_string(q), prompt_of(q, 9 + 40 * q), p);
+  };
+  Engine plain(*model_, config(0));
+  add(plain);
+  const Run expected = run(plain);
+  for (const auto& [key, t] : expected.tokens) {
+    ASSERT_EQ(t.size(), 14u) << key;  // 12 letters, z, eos
+    EXPECT_EQ(t[12], 27) << key;
+  }
+  {
+    Engine e(*model_, config(3));
+    add(e);
+    const Run got = run(e);
+    EXPECT_EQ(got.tokens, expected.tokens);
+    EXPECT_EQ(got.logprobs, expected.logprobs);
+  }
+  EngineConfig c = config(3);
+  c.speculative.test_draft = [&](const Sequence& s, std::span<const int32_t> so_far) -> std::optional<int32_t> {
+    const std::vector<int32_t>& truth = expected.tokens.at(s.request_id + "/0");
+    const size_t at = s.output.size() + so_far.size();
+    if (at >= truth.size()) return std::nullopt;
+    if (at % 5 == 3) return truth[at] == 2 ? 3 : 2;  // another letter: allowed there, rejected by the target
+    if (at % 5 == 1) return 300;                       // never allowed: the chain is cut before it
+    return truth[at];
+  };
+  Engine e(*model_, c);
+  add(e);
+  const Run got = run(e);
+  EXPECT_EQ(got.tokens, expected.tokens);
+  EXPECT_EQ(got.logprobs, expected.logprobs);
+  const SpeculativeCounts& t = got.stats.speculative;
+  expect_consistent(t, "constrained");
+  EXPECT_GT(t.accepted, 0);
+  EXPECT_LT(t.accepted, t.verified);  // the other letters
+  EXPECT_LT(t.verified, t.drafted);   // the never-allowed drafts and what follows them
+  // Fewer steps, but a mask for every verify row as well: one per emitted token (and the end), as without drafts,
+  // plus one per rejected draft's row.
+  EXPECT_EQ(got.stats.grammar_masks, expected.stats.grammar_masks + (t.verified - t.accepted));
+  for (const auto& [key, why] : got.why) EXPECT_EQ(why, FinishReason::Stop) << key;
+  EXPECT_EQ(got.stats.used_blocks + got.stats.used_slots, 0);
+}
+
+// At temperature > 0 under a grammar, the rejection rule checks the draft against the masked distribution: the
+// (token 1, token 2) histogram over many seeds matches the plain constrained run's, with token 1's draft forced to
+// its most frequent value there (accepted sometimes, rejected sometimes).
+TEST_F(SpeculativeEngine, ConstrainedSampledTokensAreDistributedAsWithoutSpeculation) {
+  const int seeds = test::kSanitized ? 400 : 1600;
+  SamplingParams p;
+  p.temperature = 0.8;
+  p.max_tokens = 3;
+  p.constraint = letters_constraint(model_->config().vocab_size, "root ::= [a-d] [a-d] [a-d]");
+  const auto histogram = [&](EngineConfig c) {
+    Engine e(*model_, c);
+    for (int i = 0; i < seeds; ++i) {
+      SamplingParams q = p;
+      q.seed = 9000 + static_cast<uint64_t>(i);
+      e.add_request("s" + std::to_string(i), prompt_of(2, 12), q);
+    }
+    const Run r = run(e);
+    std::map<std::pair<int32_t, int32_t>, double> h;
+    for (const auto& [key, t] : r.tokens) {
+      EXPECT_TRUE(t.at(1) >= 2 && t.at(1) <= 5 && t.at(2) >= 2 && t.at(2) <= 5) << key;
+      h[{t.at(1), t.at(2)}] += 1.0 / seeds;
+    }
+    return std::pair(h, r.stats.speculative);
+  };
+  const auto [plain, plain_counts] = histogram(config(0, 256, 256, 64));
+  std::map<int32_t, double> first;
+  for (const auto& [pair, f] : plain) first[pair.first] += f;
+  const int32_t d1 = std::max_element(first.begin(), first.end(), [](const auto& a, const auto& b) {
+                       return a.second < b.second;
+                     })->first;
+  EngineConfig c = config(2, 256, 256, 64);
+  c.speculative.test_draft = [&](const Sequence& s, std::span<const int32_t> so_far) -> std::optional<int32_t> {
+    return s.output.size() + so_far.size() == 1 ? std::optional<int32_t>(d1) : std::nullopt;
+  };
+  const auto [spec, counts] = histogram(c);
+  double tv = 0;
+  std::map<std::pair<int32_t, int32_t>, int> keys;
+  for (const auto& [k, f] : plain) keys[k] = 1;
+  for (const auto& [k, f] : spec) keys[k] = 1;
+  for (const auto& [k, one] : keys) {
+    const auto a = plain.find(k), b = spec.find(k);
+    tv += std::abs((a == plain.end() ? 0 : a->second) - (b == spec.end() ? 0 : b->second)) / 2;
+  }
+  EXPECT_LT(tv, test::kSanitized ? 0.16 : 0.08) << "plain vs speculative constrained histograms";
+  EXPECT_GT(1.0 - first.at(d1), 0.2) << "the forced draft is too likely for the check to discriminate";
+  EXPECT_EQ(counts.verified, seeds);
+  EXPECT_GT(counts.accepted, counts.verified / 5);
+  EXPECT_LT(counts.accepted, counts.verified);
 }
 
 TEST_F(SpeculativeEngine, BadSettingsAreNamed) {
