@@ -73,8 +73,8 @@ result = {"benchmark": f"speculative_decoding_{device}_demo", "commit": commit,
                      "set": "models/demo/heldout_eval.jsonl (the CI eval set), temperature 0"
                             + (f", every {every}th request" if every != "1" else ""),
                      "speculative_min_prob": 0.1, "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "all cores"),
-                     "note": "grammar-constrained requests (tool calls, JSON) do not speculate; their tokens are in "
-                             "generated_tokens but not in speculative.emitted"},
+                     "note": "grammar-constrained requests (tool calls, JSON) speculate under their masks; "
+                             "speculative.emitted counts the tokens of verify steps only (not prefill's first token)"},
           "runs": runs}
 os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
 json.dump(result, open(out, "w"), indent=1)

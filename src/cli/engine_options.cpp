@@ -35,7 +35,7 @@ const char* const kSpeculativeOptionsHelp =
                              (1..8) ahead and verify them in one forward; 0 = off (default). Greedy output is
                              identical to decoding without it; sampled output is an exact draw from the same
                              distribution. Needs a checkpoint with MTP layers (model init --mtp 1); grammar-
-                             constrained requests do not speculate
+                             constrained requests speculate under their masks
   --speculative-min-prob P   stop a draft chain at the first draft the MTP layer gives less than P (default 0.1)
   --speculative-step-cost R  the draft planner's cost model: a step costs R rows' worth of fixed work (reading the
                              weights) plus one per row, and a draft row is verified only while it raises the expected
