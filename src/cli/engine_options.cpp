@@ -29,7 +29,8 @@ const char* const kCacheOptionsHelp =
 )";
 
 const std::set<std::string> kSpeculativeOptions = {"speculative-tokens", "speculative-min-prob",
-                                                   "speculative-forced-acceptance", "speculative-step-cost"};
+                                                   "speculative-forced-acceptance", "speculative-step-cost",
+                                                   "speculative-verify"};
 const char* const kSpeculativeOptionsHelp =
     R"(  --speculative-tokens N     speculative decoding with the model's MTP layer (docs/mtp.md): draft up to N tokens
                              (1..8) ahead and verify them in one forward; 0 = off (default). Greedy output is
@@ -37,6 +38,13 @@ const char* const kSpeculativeOptionsHelp =
                              distribution. Needs a checkpoint with MTP layers (model init --mtp 1); grammar-
                              constrained requests speculate under their masks
   --speculative-min-prob P   stop a draft chain at the first draft the MTP layer gives less than P (default 0.1)
+  --speculative-verify match|rejection
+                             how a sampled request (temperature > 0) checks a draft. match (default): the draft is
+                             the MTP layer's greedy pick, kept when it is the token the request draws there with its
+                             own seed — the output is the run without speculation's, bit for bit, whatever the draft
+                             length or batch; rejection: drafts drawn from the MTP layer's distribution and
+                             speculative sampling's rule (more drafts accepted at high temperature; the same output
+                             distribution, but which tokens depends on the drafts verified)
   --speculative-step-cost R  the draft planner's cost model: a step costs R rows' worth of fixed work (reading the
                              weights) plus one per row, and a draft row is verified only while it raises the expected
                              tokens per unit of that cost (default 8; large on a GPU, where a decode step is bound by
@@ -68,6 +76,12 @@ engine::SpeculativeConfig read_speculative_options(const Args& args) {
       fail("option --speculative-forced-acceptance: expected a probability in [0, 1], found ", a);
     if (c.tokens == 0) fail("option --speculative-forced-acceptance: needs --speculative-tokens N with N ≥ 1");
     c.forced_acceptance = a;
+  }
+  if (args.has("speculative-verify")) {
+    if (c.tokens == 0) fail("option --speculative-verify: needs --speculative-tokens N with N ≥ 1");
+    const std::string v = args.str("speculative-verify");
+    if (v != "match" && v != "rejection") fail("option --speculative-verify: expected match or rejection, found '", v, "'");
+    c.verify = v == "match" ? engine::SpeculativeConfig::Verify::Match : engine::SpeculativeConfig::Verify::Rejection;
   }
   if (args.has("speculative-step-cost")) {
     if (c.tokens == 0) fail("option --speculative-step-cost: needs --speculative-tokens N with N ≥ 1");

@@ -52,6 +52,11 @@ int64_t Drafter::draft(std::vector<DraftJob>& jobs) {
     chunks.push_back(std::move(c));
     chains.push_back({&job, &state, s.history, {}, true});
   }
+  // Under Verify::Match every draft is the layer's greedy pick (the likeliest to be the row's own draw); only
+  // rejection sampling drafts from the distribution.
+  const auto greedy_draft = [&](const Sequence& s) {
+    return s.params.greedy() || cfg_.verify == SpeculativeConfig::Verify::Match;
+  };
   int64_t proposed = 0;
   while (!chunks.empty()) {
     // One logits row per chunk (its last). A greedy chain's draft is picked where the logits are, with the pick's
@@ -69,7 +74,7 @@ int64_t Drafter::draft(std::vector<DraftJob>& jobs) {
     model::LogitsStage stage;
     for (size_t c = 0; c < going.size(); ++c) {
       const Sequence& s = *going[c]->job->seq;
-      on_device[c] = s.params.greedy() && (subset.empty() || !s.params.processes_logits());
+      on_device[c] = greedy_draft(s) && (subset.empty() || !s.params.processes_logits());
       model::LogitsRowRequest req{static_cast<int64_t>(c), !on_device[c], {}, std::nullopt, nullptr};
       if (on_device[c]) {
         if (s.params.processes_logits()) req.penalties = penalties_of(s.params, going[c]->history);
@@ -100,7 +105,7 @@ int64_t Drafter::draft(std::vector<DraftJob>& jobs) {
           for (size_t k = 0; k < subset.size(); ++k) work[static_cast<size_t>(subset[k])] = row[k];
         }
         if (s.params.processes_logits()) cpu::apply_penalties(work, penalties_of(s.params, ch.history));
-        if (s.params.greedy()) {
+        if (greedy_draft(s)) {
           id = cpu::pick_token(work, model::TokenPick{});
           prob = cpu::top_probability(work);
         } else {

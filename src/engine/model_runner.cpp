@@ -13,9 +13,9 @@ namespace strata::engine {
 namespace {
 
 // Speculative verification of a span's drafts (docs/mtp.md): draft j is checked against row j's distribution, in
-// order, until one is rejected. Greedy rows accept a draft that is their pick (so the output is the plain greedy
-// decode's); sampled rows run speculative sampling's rule (engine/speculative_sampling.h) on the processed
-// distribution the pick draws from. The accepted drafts, then the token of the first row not accepted (the residual
+// order, until one is rejected. Greedy rows, and sampled rows unless `rejection`, accept a draft that is their pick
+// (so the output is the plain decode's: SpeculativeConfig::Verify::Match); with `rejection` sampled rows run
+// speculative sampling's rule (engine/speculative_sampling.h) on the processed distribution the pick draws from. The accepted drafts, then the token of the first row not accepted (the residual
 // draw on a rejection, else the last row's pick: the bonus token), go into `tokens`; answers how many were accepted.
 // With a forced acceptance rate (benchmarks on random weights), draft j is accepted when its accept draw is below
 // the rate, else the row's pick replaces it.
@@ -23,7 +23,7 @@ namespace {
 // `first_mask` (a late mask), the others' their SpanSampling's.
 template <class Pick, class Raw>
 int64_t accept_drafts(const ScheduledSpan& span, const model::TokenMask* first_mask, const Pick& pick,
-                      const Raw& raw_row, std::optional<double> forced, std::vector<int32_t>& tokens) {
+                      const Raw& raw_row, std::optional<double> forced, bool rejection, std::vector<int32_t>& tokens) {
   for (size_t j = 0; j < span.drafts.size(); ++j) {
     const DraftToken& d = span.drafts[j];
     const SpanSampling& row = j == 0 ? *span.sampling : span.drafts[j - 1].next;
@@ -34,7 +34,8 @@ int64_t accept_drafts(const ScheduledSpan& span, const model::TokenMask* first_m
         tokens.push_back(pick(r));
         return r;
       }
-    } else if (row.pick.greedy()) {
+    } else if (row.pick.greedy() || !rejection) {
+      // The row's own pick (greedy, or drawn with the plain run's uniform) must be the draft.
       if (pick(r) != d.id) {
         tokens.push_back(pick(r));
         return r;
@@ -130,7 +131,8 @@ StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late)
       model::LogitsRowRequest req{rows + r, span.all_logits, {}, std::nullopt, nullptr};
       if (sampling) {
         // Sampling verification reads the target distribution of every row that checks a draft.
-        const bool checks_sampled_draft = verifies && r < count - 1 && !sampling->pick.greedy() && !forced_acceptance_;
+        const bool checks_sampled_draft =
+            verifies && r < count - 1 && !sampling->pick.greedy() && !forced_acceptance_ && rejection_;
         req.raw_home = req.raw_home || sampling->logprobs.has_value() || checks_sampled_draft;
         req.penalties = sampling->penalties;
         req.pick = sampling->pick;
@@ -186,7 +188,7 @@ StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late)
           if (k < built_late.size()) first_mask = built_late[k].get();
         }
         o.accepted = accept_drafts(span, first_mask, pick, [&](int64_t r) { return raw_row(first_row[i] + r); },
-                                   forced_acceptance_, o.tokens);
+                                   forced_acceptance_, rejection_, o.tokens);
         // The state keeps the span's token and the accepted drafts; the rows written for the others are dropped.
         if (o.accepted < static_cast<int64_t>(span.drafts.size()))
           model_.rollback(pool_.slot(span.slot), span.start + 1 + o.accepted);

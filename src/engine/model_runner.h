@@ -35,12 +35,15 @@ class ModelRunner {
   StepOutput execute(const StepPlan& plan, const LateSpanMasks& late = {});
   // Benchmarks only (SpeculativeConfig::forced_acceptance): verification accepts each draft with this probability.
   void force_acceptance(std::optional<double> rate) { forced_acceptance_ = rate; }
+  // Sampled rows check their drafts by rejection sampling (true) or by matching their own draw (false, default).
+  void verify_by_rejection(bool on) { rejection_ = on; }
 
  private:
   const model::Model& model_;
   model::StatePool& pool_;
   model::LayerObserver observe_;
   std::optional<double> forced_acceptance_;
+  bool rejection_ = false;
 };
 
 }  // namespace strata::engine

@@ -21,6 +21,17 @@ struct SpeculativeConfig {
   // The planner's cost model (engine/draft_planner.h): a verify step costs this many rows' worth of fixed work
   // (reading the weights) plus one per row of the batch. Infinity: every draft is worth its row (verify them all).
   double step_cost_rows = 8.0;
+  // How a sampled row (temperature > 0) checks its draft (greedy rows always check that the draft is their pick):
+  //  Match: drafts are the draft layer's greedy picks, and a draft is accepted when it is the token the row draws
+  //    with its own counter-based uniform, the token decoding without drafts would draw there. A point-mass draft
+  //    d is then accepted with probability p(d), as rejection sampling would, and the output is the plain run's
+  //    bit for bit: the same for any draft length, plan or batch (where the logits are). No row's distribution
+  //    comes home.
+  //  Rejection: speculative sampling's rule (engine/speculative_sampling.h) with drafts drawn from the draft
+  //    distribution: accepts Σ min(p, q), more than p(argmax q) when q is spread like p, and keeps the output's
+  //    distribution exact, but the tokens depend on which drafts were verified.
+  enum class Verify { Match, Rejection };
+  Verify verify = Verify::Match;
   // BENCHMARK ONLY (--speculative-forced-acceptance A): each verified draft is accepted with probability A (by its
   // own counter-based draw) instead of by the target's distribution, and a rejected one is replaced by the target's
   // pick; the drafter reports A as each draft's probability, so the planner plans for that rate. Measures the speed

@@ -138,7 +138,7 @@ TEST(GenerateOptions, IncompatibleOptionsSaySo) {
   EXPECT_NE(both.err.find("give exactly one of --prompt-ids, --prompt and --chat"), std::string::npos) << both.err;
 }
 
-TEST(GenerateOptions, SpeculativeStepCostIsCheckedAndNeedsSpeculation) {
+TEST(GenerateOptions, SpeculativePlannerAndVerifyOptionsAreChecked) {
   const Outcome alone = run_strata({"generate", "--prompt-ids", "5", "--speculative-step-cost", "64"});
   EXPECT_EQ(alone.code, 1);
   EXPECT_NE(alone.err.find("option --speculative-step-cost: needs --speculative-tokens N with N ≥ 1"), std::string::npos)
@@ -151,6 +151,10 @@ TEST(GenerateOptions, SpeculativeStepCostIsCheckedAndNeedsSpeculation) {
   const Outcome word =
       run_strata({"generate", "--prompt-ids", "5", "--speculative-tokens", "2", "--speculative-step-cost", "many"});
   EXPECT_NE(word.err.find("option --speculative-step-cost: expected a number, found 'many'"), std::string::npos) << word.err;
+  const Outcome verify =
+      run_strata({"generate", "--prompt-ids", "5", "--speculative-tokens", "2", "--speculative-verify", "exact"});
+  EXPECT_NE(verify.err.find("option --speculative-verify: expected match or rejection, found 'exact'"), std::string::npos)
+      << verify.err;
 }
 
 }  // namespace

@@ -355,7 +355,7 @@ TEST_F(SpeculativeEngine, SampledOutputIsSeededAndCounted) {
 // variation between the two histograms must stay under 0.08 with 1,600 seeds a side (a few standard deviations of
 // the sampling noise); emitting the forced draft whenever it is verified would move token 1's histogram onto one
 // token (a total variation near 0.5 here, checked below from the plain counts).
-TEST_F(SpeculativeEngine, SampledTokensAreDistributedAsWithoutSpeculation) {
+TEST_F(SpeculativeEngine, RejectionSampledTokensAreDistributedAsWithoutSpeculation) {
   const int seeds = test::kSanitized ? 400 : 1600;
   SamplingParams p;
   p.temperature = 0.8;
@@ -383,6 +383,7 @@ TEST_F(SpeculativeEngine, SampledTokensAreDistributedAsWithoutSpeculation) {
   };
   const int32_t d1 = top(first);
   EngineConfig c = config(2, 256, 256, 64);
+  c.speculative.verify = SpeculativeConfig::Verify::Rejection;
   c.speculative.test_draft = [&](const Sequence& s, std::span<const int32_t> so_far) -> std::optional<int32_t> {
     const size_t at = s.output.size() + so_far.size();
     return at == 1 ? std::optional<int32_t>(d1) : std::nullopt;
@@ -402,6 +403,60 @@ TEST_F(SpeculativeEngine, SampledTokensAreDistributedAsWithoutSpeculation) {
   EXPECT_EQ(counts.verified, seeds);  // token 1's draft, for every seed
   EXPECT_GT(counts.accepted, counts.verified / 5);
   EXPECT_LT(counts.accepted, counts.verified);  // rejections: the residual draw ran
+}
+
+// Verify::Match (the default): a sampled row keeps its draft when the draft is its own draw, so sampled output is
+// the plain run's bit for bit — tokens and logprobs, with penalties, top-k/top-p and several seeds — whatever the
+// draft length; with the target's continuation as drafts (spoiled every fifth position) many are accepted. And it
+// is batch invariant with speculation on: each request alone gives what it gives in the batch.
+TEST_F(SpeculativeEngine, MatchVerifiedSampledOutputIsThePlainRunsBitForBit) {
+  SamplingParams p;
+  p.temperature = 0.9;
+  p.top_k = 40;
+  p.top_p = 0.95;
+  p.repetition_penalty = 1.2;
+  p.max_tokens = 24;
+  p.ignore_eos = true;
+  p.logprobs = 2;
+  Engine plain(*model_, config(0));
+  add_batch(plain, p);
+  const Run expected = run(plain);
+  for (int64_t n : {1, 3, 5}) {
+    Engine e(*model_, config(n));
+    add_batch(e, p);
+    const Run got = run(e);
+    EXPECT_EQ(got.tokens, expected.tokens) << n;
+    EXPECT_EQ(got.logprobs, expected.logprobs) << n;
+    EXPECT_GT(got.stats.speculative.verified, 0) << n;
+  }
+  EngineConfig c = config(3);
+  c.speculative.test_draft = [&](const Sequence& s, std::span<const int32_t> so_far) -> std::optional<int32_t> {
+    const std::vector<int32_t>& truth = expected.tokens.at(s.request_id + "/0");
+    const size_t at = s.output.size() + so_far.size();
+    if (at >= truth.size()) return std::nullopt;
+    return at % 5 == 3 ? (truth[at] + 1) % 512 : truth[at];
+  };
+  Engine e(*model_, c);
+  add_batch(e, p);
+  const Run got = run(e);
+  EXPECT_EQ(got.tokens, expected.tokens);
+  EXPECT_EQ(got.logprobs, expected.logprobs);
+  const SpeculativeCounts& t = got.stats.speculative;
+  expect_consistent(t, "match");
+  EXPECT_GT(t.accepted, t.verified / 2);
+  EXPECT_LT(t.accepted, t.verified);
+  // Alone, each request gives its batched output (the planner's k differs with the batch; the output does not).
+  const std::vector<int64_t> lengths = {5, 140, 33, 1, 260, 129};
+  for (size_t q = 0; q < lengths.size(); ++q) {
+    Engine solo(*model_, config(3));
+    SamplingParams one = p;
+    one.seed = 500 + q;
+    const std::string id = "r" + std::to_string(q);
+    solo.add_request(id, prompt_of(static_cast<int>(q), lengths[q]), one);
+    const Run alone = run(solo);
+    EXPECT_EQ(alone.tokens.at(id + "/0"), expected.tokens.at(id + "/0")) << id;
+    EXPECT_EQ(alone.logprobs.at(id + "/0"), expected.logprobs.at(id + "/0")) << id;
+  }
 }
 
 // ---- structured outputs: drafts under a grammar ------------------------------------------------------------------
@@ -476,7 +531,7 @@ TEST_F(SpeculativeEngine, ConstrainedGreedyOutputIsIdenticalAndDraftsAreVerified
 // At temperature > 0 under a grammar, the rejection rule checks the draft against the masked distribution: the
 // (token 1, token 2) histogram over many seeds matches the plain constrained run's, with token 1's draft forced to
 // its most frequent value there (accepted sometimes, rejected sometimes).
-TEST_F(SpeculativeEngine, ConstrainedSampledTokensAreDistributedAsWithoutSpeculation) {
+TEST_F(SpeculativeEngine, ConstrainedRejectionSampledTokensAreDistributedAsWithoutSpeculation) {
   const int seeds = test::kSanitized ? 400 : 1600;
   SamplingParams p;
   p.temperature = 0.8;
@@ -504,6 +559,7 @@ TEST_F(SpeculativeEngine, ConstrainedSampledTokensAreDistributedAsWithoutSpecula
                        return a.second < b.second;
                      })->first;
   EngineConfig c = config(2, 256, 256, 64);
+  c.speculative.verify = SpeculativeConfig::Verify::Rejection;
   c.speculative.test_draft = [&](const Sequence& s, std::span<const int32_t> so_far) -> std::optional<int32_t> {
     return s.output.size() + so_far.size() == 1 ? std::optional<int32_t>(d1) : std::nullopt;
   };
