@@ -48,31 +48,11 @@ if [ ! -f "$model/config.json" ]; then
     || { tail -20 "$out/flash_init.log"; log "model init failed"; exit 1; }
   log "flash model ($layers layers + 1 MTP layer, fp8) written in $(( $(date +%s) - t0 )) s ($(du -sh "$model" | cut -f1))"
 fi
-for b in $batches; do
-  python3 - "$work/requests.$b.jsonl" "$b" "$max_tokens" <<'PY'
-import json, sys
-path, b, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-with open(path, "w") as f:
-    for i in range(b):
-        f.write(json.dumps({"custom_id": i, "messages": [{"role": "user", "content": f"Tell me about person number {i}."}],
-                            "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}) + "\n")
-PY
-  for n in $ns; do
-    spec=(--speculative-tokens "$n")
-    [ "$n" -gt 0 ] && spec+=(--speculative-forced-acceptance "$accept" --speculative-min-prob 0 --speculative-step-cost "$step_cost")
-    t0=$(date +%s.%N)
-    "$strata" generate --model "$model" --device cuda --precision fp8 --input "$work/requests.$b.jsonl" \
-      --output "$work/out.$b.$n.jsonl" --max-num-seqs "$b" --max-model-len 1024 "${spec[@]}" \
-      --summary "$work/summary.$b.$n.json" > "$work/log.$b.$n" 2>&1 || { tail -20 "$work/log.$b.$n"; log "batch $b N $n failed"; exit 1; }
-    log "batch $b N $n: $(python3 -c "
-import json, sys
-s = json.load(open(sys.argv[1])); e = s['engine']
-print(f\"{s['generated_tokens']} tokens, {s['generated_tokens'] / max(e['step_seconds'], 1e-12):.0f} tok/s over steps, {e['steps']} steps\")
-" "$work/summary.$b.$n.json") ($(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)") s)"
-  done
-done
+# The JSON is rewritten after every batch, from the runs done so far: a run cut short by a time limit still leaves
+# its finished batches.
+summarize() {
 python3 - "$work" "$out" "$commit" "$layers" "$batches" "$ns" "$accept" "$max_tokens" "$step_cost" <<'PY'
-import json, subprocess, sys
+import json, os, subprocess, sys
 work, out, commit, layers, batches, ns, accept, max_tokens, step_cost = sys.argv[1:]
 batches, ns = [int(x) for x in batches.split()], [int(x) for x in ns.split()]
 prov = dict(line.split(": ", 1) for line in subprocess.run(["bash", "scripts/provenance.sh"], capture_output=True,
@@ -80,6 +60,8 @@ prov = dict(line.split(": ", 1) for line in subprocess.run(["bash", "scripts/pro
 runs = []
 for b in batches:
     for n in ns:
+        if not os.path.exists(f"{work}/summary.{b}.{n}.json"):
+            continue
         s = json.load(open(f"{work}/summary.{b}.{n}.json"))
         e, sp = s["engine"], s["engine"]["speculative"]
         per_gpu = s["generated_tokens"] / e["step_seconds"]
@@ -114,3 +96,28 @@ for r in runs:
           f"{r['tokens_per_s_per_user']:7.1f} tok/s/user ({r['speedup_vs_off']:.2f}x), "
           f"mean accepted length {sp.get('mean_accepted_length', 0):.2f}")
 PY
+}
+for b in $batches; do
+  python3 - "$work/requests.$b.jsonl" "$b" "$max_tokens" <<'PY'
+import json, sys
+path, b, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with open(path, "w") as f:
+    for i in range(b):
+        f.write(json.dumps({"custom_id": i, "messages": [{"role": "user", "content": f"Tell me about person number {i}."}],
+                            "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}) + "\n")
+PY
+  for n in $ns; do
+    spec=(--speculative-tokens "$n")
+    [ "$n" -gt 0 ] && spec+=(--speculative-forced-acceptance "$accept" --speculative-min-prob 0 --speculative-step-cost "$step_cost")
+    t0=$(date +%s.%N)
+    "$strata" generate --model "$model" --device cuda --precision fp8 --input "$work/requests.$b.jsonl" \
+      --output "$work/out.$b.$n.jsonl" --max-num-seqs "$b" --max-model-len 1024 "${spec[@]}" \
+      --summary "$work/summary.$b.$n.json" > "$work/log.$b.$n" 2>&1 || { tail -20 "$work/log.$b.$n"; log "batch $b N $n failed"; exit 1; }
+    log "batch $b N $n: $(python3 -c "
+import json, sys
+s = json.load(open(sys.argv[1])); e = s['engine']
+print(f\"{s['generated_tokens']} tokens, {s['generated_tokens'] / max(e['step_seconds'], 1e-12):.0f} tok/s over steps, {e['steps']} steps\")
+" "$work/summary.$b.$n.json") ($(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)") s)"
+  done
+  summarize
+done
