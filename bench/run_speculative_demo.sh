@@ -67,7 +67,7 @@ for r in runs:
 prov = subprocess.run(["bash", "scripts/provenance.sh"], capture_output=True, text=True).stdout.strip().splitlines()
 result = {"benchmark": f"speculative_decoding_{device}_demo", "commit": commit,
           "date": subprocess.run(["date", "-u", "+%Y-%m-%dT%H:%M:%SZ"], capture_output=True, text=True).stdout.strip(),
-          "device": prov[0],
+          "device": prov[0].split(": ", 1)[1],
           "config": {"model": "models/demo (with its trained MTP layer)", "backend": device,
                      "precision": "bf16" if device == "cuda" else "fp32", "requests": len(plain),
                      "set": "models/demo/heldout_eval.jsonl (the CI eval set), temperature 0"
