@@ -9,6 +9,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "engine/letter_vocabulary.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
@@ -169,15 +170,7 @@ TEST_F(LateMasks, ABuilderThatThrowsOrMiscountsEndsTheStepWithAnError) {
 // The engine builds its constrained sequences' masks late, counts them and their time; on the CPU backend none of
 // it is hidden (the forward has run before).
 TEST_F(LateMasks, EngineCountsMaskTimeAndNoneHiddenOnTheCpu) {
-  std::vector<std::string> bytes(static_cast<size_t>(model_->config().vocab_size));
-  std::vector<bool> excluded(bytes.size(), false);
-  bytes[0] = "<bos>";
-  excluded[0] = true;
-  bytes[1] = "<eos>";
-  for (size_t id = 2; id < bytes.size(); ++id)
-    bytes[id] = id < 28 ? std::string(1, static_cast<char>('a' + id - 2)) : "#" + std::to_string(id);
-  const auto vocabulary =
-      std::make_shared<const text::grammar::TokenVocabulary>(std::move(bytes), std::move(excluded), 1);
+  const auto vocabulary = test::letter_vocabulary(model_->config().vocab_size);
   auto c = std::make_shared<OutputConstraint>();
   c->grammar = text::grammar::CompiledGrammar::from_ebnf("root ::= [a-e]{12} \"z\"", vocabulary);
   EngineConfig cfg;

@@ -20,6 +20,7 @@
 #include "model/deepseek_v4/model.h"
 #include "model/deepseek_v4/presets.h"
 #include "model/deepseek_v4/random_init.h"
+#include "engine/letter_vocabulary.h"
 #include "text/grammar/compiled_grammar.h"
 #include "test_util.h"
 #include "tiny_model.h"
@@ -196,6 +197,21 @@ class SpeculativeEngine : public ::testing::Test {
     }
   }
 
+  // (output token 1, output token 2) over `seeds` requests of one prompt, seeds seed0, seed0 + 1, …
+  static std::pair<std::map<std::pair<int32_t, int32_t>, double>, SpeculativeCounts> pair_histogram(
+      const EngineConfig& c, const SamplingParams& p, int seeds, uint64_t seed0, const std::vector<int32_t>& prompt) {
+    Engine e(*model_, c);
+    for (int i = 0; i < seeds; ++i) {
+      SamplingParams q = p;
+      q.seed = seed0 + static_cast<uint64_t>(i);
+      e.add_request("s" + std::to_string(i), prompt, q);
+    }
+    const Run r = run(e);
+    std::map<std::pair<int32_t, int32_t>, double> h;
+    for (const auto& [key, t] : r.tokens) h[{t.at(1), t.at(2)}] += 1.0 / seeds;
+    return {h, r.stats.speculative};
+  }
+
   static Model* model_;
 };
 Model* SpeculativeEngine::model_ = nullptr;
@@ -348,6 +364,31 @@ TEST_F(SpeculativeEngine, SampledOutputIsSeededAndCounted) {
   EXPECT_GT(a.stats.speculative.verified, 0);
 }
 
+// Histograms of (output token 1, output token 2) over many seeds, for the distribution checks below.
+using PairHistogram = std::map<std::pair<int32_t, int32_t>, double>;
+
+double total_variation(const PairHistogram& a, const PairHistogram& b) {
+  std::map<std::pair<int32_t, int32_t>, int> keys;
+  for (const auto& [k, f] : a) keys[k] = 1;
+  for (const auto& [k, f] : b) keys[k] = 1;
+  double tv = 0;
+  for (const auto& [k, one] : keys) {
+    const auto x = a.find(k), y = b.find(k);
+    tv += std::abs((x == a.end() ? 0 : x->second) - (y == b.end() ? 0 : y->second)) / 2;
+  }
+  return tv;
+}
+
+std::map<int32_t, double> first_tokens(const PairHistogram& h) {
+  std::map<int32_t, double> first;
+  for (const auto& [pair, f] : h) first[pair.first] += f;
+  return first;
+}
+
+int32_t most_frequent(const std::map<int32_t, double>& m) {
+  return std::max_element(m.begin(), m.end(), [](const auto& a, const auto& b) { return a.second < b.second; })->first;
+}
+
 // At temperature > 0 the engine's output is distributed as without speculation: many seeds of one prompt, the pairs
 // (output token 1, output token 2) counted with speculation off and on. With max_tokens 3 each sequence verifies one
 // draft, for token 1, with token 2 its bonus or the token after a rejection; the draft is forced (the test hook) to
@@ -362,26 +403,11 @@ TEST_F(SpeculativeEngine, RejectionSampledTokensAreDistributedAsWithoutSpeculati
   p.top_k = 3;
   p.max_tokens = 3;
   p.ignore_eos = true;
-  const auto histogram = [&](EngineConfig c) {
-    Engine e(*model_, c);
-    for (int i = 0; i < seeds; ++i) {
-      SamplingParams q = p;
-      q.seed = 7000 + static_cast<uint64_t>(i);
-      e.add_request("s" + std::to_string(i), prompt_of(1, 12), q);
-    }
-    const Run r = run(e);
-    std::map<std::pair<int32_t, int32_t>, double> h;
-    for (const auto& [key, t] : r.tokens) h[{t.at(1), t.at(2)}] += 1.0 / seeds;
-    return std::pair(h, r.stats.speculative);
-  };
+  const auto histogram = [&](EngineConfig c) { return pair_histogram(c, p, seeds, 7000, prompt_of(1, 12)); };
   const auto [plain, plain_counts] = histogram(config(0, 256, 256, 64));
   // The most frequent token 1 of the plain run.
-  std::map<int32_t, double> first;
-  for (const auto& [pair, f] : plain) first[pair.first] += f;
-  const auto top = [](const std::map<int32_t, double>& m) {
-    return std::max_element(m.begin(), m.end(), [](const auto& a, const auto& b) { return a.second < b.second; })->first;
-  };
-  const int32_t d1 = top(first);
+  const std::map<int32_t, double> first = first_tokens(plain);
+  const int32_t d1 = most_frequent(first);
   EngineConfig c = config(2, 256, 256, 64);
   c.speculative.verify = SpeculativeConfig::Verify::Rejection;
   c.speculative.test_draft = [&](const Sequence& s, std::span<const int32_t> so_far) -> std::optional<int32_t> {
@@ -389,14 +415,7 @@ TEST_F(SpeculativeEngine, RejectionSampledTokensAreDistributedAsWithoutSpeculati
     return at == 1 ? std::optional<int32_t>(d1) : std::nullopt;
   };
   const auto [spec, counts] = histogram(c);
-  double tv = 0;
-  std::map<std::pair<int32_t, int32_t>, int> keys;
-  for (const auto& [k, f] : plain) keys[k] = 1;
-  for (const auto& [k, f] : spec) keys[k] = 1;
-  for (const auto& [k, one] : keys) {
-    const auto a = plain.find(k), b = spec.find(k);
-    tv += std::abs((a == plain.end() ? 0 : a->second) - (b == spec.end() ? 0 : b->second)) / 2;
-  }
+  const double tv = total_variation(plain, spec);
   EXPECT_LT(tv, test::kSanitized ? 0.16 : 0.08) << "plain vs speculative histograms of (token 1, token 2)";
   EXPECT_GT(1.0 - first.at(d1), 0.2) << "the forced draft is too likely for the check to discriminate";
   EXPECT_EQ(plain_counts.verified, 0);
@@ -461,18 +480,10 @@ TEST_F(SpeculativeEngine, MatchVerifiedSampledOutputIsThePlainRunsBitForBit) {
 
 // ---- structured outputs: drafts under a grammar ------------------------------------------------------------------
 
-// The tiny vocabulary as a grammar vocabulary: id 1 eos, ids 2-27 the letters a-z, the rest unmatchable filler.
+// A grammar over the tiny vocabulary's letters (ids 2-27).
 std::shared_ptr<const OutputConstraint> letters_constraint(int64_t vocab, const std::string& ebnf) {
-  std::vector<std::string> bytes(static_cast<size_t>(vocab));
-  std::vector<bool> excluded(bytes.size(), false);
-  bytes[0] = "<bos>";
-  excluded[0] = true;
-  bytes[1] = "<eos>";
-  for (size_t id = 2; id < bytes.size(); ++id)
-    bytes[id] = id < 28 ? std::string(1, static_cast<char>('a' + id - 2)) : "#" + std::to_string(id);
   auto c = std::make_shared<OutputConstraint>();
-  c->grammar = text::grammar::CompiledGrammar::from_ebnf(
-      ebnf, std::make_shared<const text::grammar::TokenVocabulary>(std::move(bytes), std::move(excluded), 1));
+  c->grammar = text::grammar::CompiledGrammar::from_ebnf(ebnf, test::letter_vocabulary(vocab));
   return c;
 }
 
@@ -538,40 +549,21 @@ TEST_F(SpeculativeEngine, ConstrainedRejectionSampledTokensAreDistributedAsWitho
   p.max_tokens = 3;
   p.constraint = letters_constraint(model_->config().vocab_size, "root ::= [a-d] [a-d] [a-d]");
   const auto histogram = [&](EngineConfig c) {
-    Engine e(*model_, c);
-    for (int i = 0; i < seeds; ++i) {
-      SamplingParams q = p;
-      q.seed = 9000 + static_cast<uint64_t>(i);
-      e.add_request("s" + std::to_string(i), prompt_of(2, 12), q);
-    }
-    const Run r = run(e);
-    std::map<std::pair<int32_t, int32_t>, double> h;
-    for (const auto& [key, t] : r.tokens) {
-      EXPECT_TRUE(t.at(1) >= 2 && t.at(1) <= 5 && t.at(2) >= 2 && t.at(2) <= 5) << key;
-      h[{t.at(1), t.at(2)}] += 1.0 / seeds;
-    }
-    return std::pair(h, r.stats.speculative);
+    auto result = pair_histogram(c, p, seeds, 9000, prompt_of(2, 12));
+    for (const auto& [pair, f] : result.first)  // the letters a-d only
+      EXPECT_TRUE(pair.first >= 2 && pair.first <= 5 && pair.second >= 2 && pair.second <= 5);
+    return result;
   };
   const auto [plain, plain_counts] = histogram(config(0, 256, 256, 64));
-  std::map<int32_t, double> first;
-  for (const auto& [pair, f] : plain) first[pair.first] += f;
-  const int32_t d1 = std::max_element(first.begin(), first.end(), [](const auto& a, const auto& b) {
-                       return a.second < b.second;
-                     })->first;
+  const std::map<int32_t, double> first = first_tokens(plain);
+  const int32_t d1 = most_frequent(first);
   EngineConfig c = config(2, 256, 256, 64);
   c.speculative.verify = SpeculativeConfig::Verify::Rejection;
   c.speculative.test_draft = [&](const Sequence& s, std::span<const int32_t> so_far) -> std::optional<int32_t> {
     return s.output.size() + so_far.size() == 1 ? std::optional<int32_t>(d1) : std::nullopt;
   };
   const auto [spec, counts] = histogram(c);
-  double tv = 0;
-  std::map<std::pair<int32_t, int32_t>, int> keys;
-  for (const auto& [k, f] : plain) keys[k] = 1;
-  for (const auto& [k, f] : spec) keys[k] = 1;
-  for (const auto& [k, one] : keys) {
-    const auto a = plain.find(k), b = spec.find(k);
-    tv += std::abs((a == plain.end() ? 0 : a->second) - (b == spec.end() ? 0 : b->second)) / 2;
-  }
+  const double tv = total_variation(plain, spec);
   EXPECT_LT(tv, test::kSanitized ? 0.16 : 0.08) << "plain vs speculative constrained histograms";
   EXPECT_GT(1.0 - first.at(d1), 0.2) << "the forced draft is too likely for the check to discriminate";
   EXPECT_EQ(counts.verified, seeds);
