@@ -15,8 +15,9 @@ namespace {
 // Speculative verification of a span's drafts (docs/mtp.md): draft j is checked against row j's distribution, in
 // order, until one is rejected. Greedy rows, and sampled rows unless `rejection`, accept a draft that is their pick
 // (so the output is the plain decode's: SpeculativeConfig::Verify::Match); with `rejection` sampled rows run
-// speculative sampling's rule (engine/speculative_sampling.h) on the processed distribution the pick draws from. The accepted drafts, then the token of the first row not accepted (the residual
-// draw on a rejection, else the last row's pick: the bonus token), go into `tokens`; answers how many were accepted.
+// speculative sampling's rule (engine/speculative_sampling.h) on the processed distribution the pick draws from.
+// The accepted drafts, then the token of the first row not accepted (the residual draw on a rejection, else the
+// last row's pick: the bonus token), go into `tokens`; answers how many were accepted.
 // With a forced acceptance rate (benchmarks on random weights), draft j is accepted when its accept draw is below
 // the rate, else the row's pick replaces it.
 // Grammar masks (structured outputs) apply to the distribution checked as to the pick: the first row's is
@@ -71,7 +72,7 @@ StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late)
   StepOutput out;
   if (plan.empty()) return out;
   const int64_t vocab = model_.config().vocab_size;
-  std::vector<bool> late_mask(plan.spans.size(), false);
+  std::vector<int64_t> late_index(plan.spans.size(), -1);  // span i's place among the late masks, or -1
   for (size_t k = 0; k < late.spans.size(); ++k) {
     const size_t i = late.spans[k];
     if (i >= plan.spans.size() || (k > 0 && i <= late.spans[k - 1]))
@@ -80,7 +81,7 @@ StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late)
     if (!span.sampling || span.sampling->allowed)
       fail("model runner: sequence ", span.sequence_id, " gets a late mask but ",
            span.sampling ? "has a mask already" : "does not sample");
-    late_mask[i] = true;
+    late_index[i] = static_cast<int64_t>(k);
   }
   if (!late.spans.empty() && !late.build) fail("model runner: late masks for ", late.spans.size(), " spans, but nothing builds them");
 
@@ -139,7 +140,7 @@ StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late)
         req.allowed = sampling->allowed;
         // Late masks come in span order, which is the stage's row order (rows are numbered chunk after chunk). A
         // verify span's late mask is its first row's; the rows after its drafts bring their own.
-        req.allowed_late = late_mask[i] && pick_from == 0;
+        req.allowed_late = late_index[i] >= 0 && pick_from == 0;
         if (pick_from == 0) first_pick[i] = static_cast<int64_t>(stage.rows.size());
       }
       if (req.raw_home || req.pick) stage.rows.push_back(std::move(req));
@@ -182,11 +183,8 @@ StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late)
       if (span.drafts.empty()) {
         o.tokens.push_back(pick(0));
       } else {
-        const model::TokenMask* first_mask = nullptr;
-        if (late_mask[i]) {
-          const auto k = static_cast<size_t>(std::find(late.spans.begin(), late.spans.end(), i) - late.spans.begin());
-          if (k < built_late.size()) first_mask = built_late[k].get();
-        }
+        const auto k = static_cast<size_t>(late_index[i]);
+        const model::TokenMask* first_mask = late_index[i] >= 0 && k < built_late.size() ? built_late[k].get() : nullptr;
         o.accepted = accept_drafts(span, first_mask, pick, [&](int64_t r) { return raw_row(first_row[i] + r); },
                                    forced_acceptance_, rejection_, o.tokens);
         // The state keeps the span's token and the accepted drafts; the rows written for the others are dropped.
