@@ -79,6 +79,7 @@ int64_t Engine::reported_cached_tokens(Sequence& s) {
 }
 
 void Engine::export_state(Sequence& s, std::vector<TokenEvent>& events) {
+  const auto start = std::chrono::steady_clock::now();
   StateStream& out = *s.handoff.export_to;
   const model::SequenceState& state = pool_.slot(s.slot);
   out.set_cached_tokens(reported_cached_tokens(s));
@@ -101,6 +102,7 @@ void Engine::export_state(Sequence& s, std::vector<TokenEvent>& events) {
   if (region) totals_.exported_state_bytes += region->floats() * static_cast<int64_t>(sizeof(float));
   out.finish();
   ++totals_.exported_states;
+  totals_.state_export_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   events.push_back({s.request_id, s.index, std::nullopt, 0, {}, false, FinishReason::None, {}, {}, 0, false, std::nullopt});
   finish(s, FinishReason::Stop, events, true);
 }
@@ -486,6 +488,7 @@ EngineStats Engine::stats() const {
   s.preemptions = scheduler_.total_preemptions();
   s.imported_states = imported_->imported();
   s.import_failures = imported_->failures();
+  s.state_restore_seconds = imported_->restore_seconds();
   for (const auto& [id, seq] : sequences_) {
     const auto prompt = static_cast<int64_t>(seq->prompt.size());
     // A preempted sequence waits to recompute its outputs too; that is prefill work all the same.

@@ -73,6 +73,9 @@ struct EngineStats {
   // could not be (their tokens were computed here instead) (decode side).
   int64_t exported_states = 0, imported_states = 0, import_failures = 0;
   int64_t exported_state_bytes = 0;
+  // The engine thread's time writing those states (prefill side) and restoring the received ones (decode side):
+  // what a transfer costs the steps of the other sequences.
+  double state_export_seconds = 0, state_restore_seconds = 0;
   // Prompt tokens not yet computed of the waiting and prefilling sequences: the prefill work queued here (a
   // router's load signal, server/load_report.h).
   int64_t queued_prefill_tokens = 0;

@@ -1,5 +1,6 @@
 #include "engine/imported_state_connector.h"
 
+#include <chrono>
 #include <cstdio>
 
 #include "core/error.h"
@@ -33,6 +34,12 @@ void ImportedStateConnector::poll() {
 }
 
 bool ImportedStateConnector::advance(Restore& r) {
+  const auto start = std::chrono::steady_clock::now();
+  struct Timed {  // whichever way this returns
+    std::chrono::steady_clock::time_point start;
+    double& total;
+    ~Timed() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+  } timed{start, restore_seconds_};
   Sequence& s = *r.sequence;
   const StateStream::Read read = s.handoff.incoming->read_from(r.next_chunk);
   try {

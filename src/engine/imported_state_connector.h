@@ -26,6 +26,7 @@ class ImportedStateConnector : public StateConnector {
   int64_t imported() const { return imported_; }
   int64_t failures() const { return failures_; }
   int64_t awaiting() const { return static_cast<int64_t>(restores_.size()); }
+  double restore_seconds() const { return restore_seconds_; }  // spent in load() and poll(): feeding, copying
 
  private:
   struct Restore {
@@ -45,6 +46,7 @@ class ImportedStateConnector : public StateConnector {
   model::StatePool& pool_;
   std::map<uint64_t, Restore> restores_;  // by sequence id: the sequences awaiting their state
   int64_t imported_ = 0, failures_ = 0;
+  double restore_seconds_ = 0;
 };
 
 }  // namespace strata::engine

@@ -247,6 +247,11 @@ std::string Metrics::render(const engine::EngineStats& stats, int64_t max_sequen
   w.single("strata_pd_exported_states_total", "counter", "Prompt states computed here for a decode replica.",
            d(stats.exported_states));
   w.single("strata_pd_exported_state_bytes_total", "counter", "Bytes of those states.", d(stats.exported_state_bytes));
+  w.single("strata_pd_export_seconds_total", "counter",
+           "Engine-thread time writing the exported states (device copies included).", stats.state_export_seconds);
+  w.single("strata_pd_restore_seconds_total", "counter",
+           "Engine-thread time restoring received states as their bytes arrive (device copies included).",
+           stats.state_restore_seconds);
   if (grammars) {
     w.single("strata_grammar_cache_hits_total", "counter", "Grammar compile-cache hits.", d(grammars->hits));
     w.single("strata_grammar_cache_misses_total", "counter", "Grammars compiled (or refused) for the cache.",

@@ -13,6 +13,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/sampling.h"
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/device_copies.h"
 #include "backend/cuda/fp8.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/moe.h"
@@ -993,12 +994,40 @@ void time_sample_rows(int64_t vocab) {
 
 }  // namespace
 
+// copy_device_runs (device_copies.h): runs of every length and alignment (a misaligned start takes the scalar path),
+// more runs than one launch holds, into a poisoned destination; everything outside the runs must stay poisoned.
+void check_device_runs() {
+  const int64_t floats = 1 << 20;
+  const std::vector<float> src_host = randn(static_cast<size_t>(floats));
+  DeviceBuffer<float> src(src_host);
+  DeviceBuffer<float> dst(std::vector<float>(static_cast<size_t>(floats), NAN));
+  std::vector<float> want(static_cast<size_t>(floats), NAN);
+  std::vector<strata::cuda::DeviceCopy> runs;
+  std::uniform_int_distribution<int64_t> length(0, 3000), shift(0, 7);
+  int64_t at = 0;
+  while (runs.size() < 300 && at < floats - 4000) {
+    const int64_t n = length(rng), from = (at * 7 + shift(rng)) % (floats - n), to = at + shift(rng);
+    runs.push_back({dst.data() + to, src.data() + from, n});
+    std::copy(src_host.begin() + from, src_host.begin() + from + n, want.begin() + to);
+    at = to + n + shift(rng);
+  }
+  strata::cuda::copy_device_runs(runs, nullptr);
+  std::vector<float> got = dst.download();
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < floats; ++i) {
+    const float g = got[static_cast<size_t>(i)], w = want[static_cast<size_t>(i)];
+    wrong += std::isnan(w) ? !std::isnan(g) : std::memcmp(&g, &w, sizeof g) != 0;
+  }
+  report("copy_device_runs", std::to_string(runs.size()) + " runs, 0-3000 floats", static_cast<double>(wrong), 0);
+}
+
 int main() {
   const uint64_t seed = std::random_device{}();
   rng.seed(seed);
   std::printf("strata GPU op checks (seed %llu)\n%-18s %-34s %10s %9s\n", static_cast<unsigned long long>(seed), "op",
               "case", "rel.err", "limit");
   try {
+    check_device_runs();
     check_rms_norm(37, 4096, true);
     check_rms_norm(5, 512, false);
     check_rms_norm(1, 16384, true);

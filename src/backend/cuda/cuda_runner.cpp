@@ -2,6 +2,7 @@
 // one device block.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_copies.h"
 #include "backend/cuda/ipc_region.h"
 #include "backend/cuda/staged_copy.h"
 #include "model/deepseek_v4/model.h"
@@ -21,8 +22,8 @@ class CudaRunner : public ForwardRunner {
         weights_(p.w, gemm_type(precision), {&p.rope_main.inv_freq, &p.rope_compress.inv_freq}),
         graphs_(cuda.graphs),
         clock_(cuda.op_times) {
-    // A stream of its own (a recording cannot be made on the legacy stream); created blocking, so the legacy-stream
-    // copies of state (copy_floats, allocate_state's memset) still order with the steps.
+    // A stream of its own (a recording cannot be made on the legacy stream); created blocking, so allocate_state's
+    // legacy-stream memset still orders with the steps. Copies of state are queued on it too.
     STRATA_CUDA_CHECK(cudaStreamCreate(&stream_));
   }
   ~CudaRunner() override {
@@ -68,14 +69,22 @@ class CudaRunner : public ForwardRunner {
     return std::shared_ptr<float>(d, [](float* b) { cudaFree(b); });
   }
 
+  // On the step stream, so a copy neither waits for nor holds up work the legacy stream would order it with.
   void copy_floats(float* dst, const float* src, int64_t n) override {
-    STRATA_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice));
+    STRATA_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+  }
+  void copy_floats_many(const std::vector<DeviceCopy>& copies) override {
+    std::vector<cuda::DeviceCopy> runs;
+    runs.reserve(copies.size());
+    for (const DeviceCopy& c : copies) runs.push_back({c.dst, c.src, c.n});
+    cuda::copy_device_runs(runs, stream_);
   }
   std::unique_ptr<model::SharedRegion> make_shared_region(int64_t floats) override { return cuda::make_ipc_region(floats); }
   std::unique_ptr<model::SharedRegion> open_shared_region(const std::string& handle) override {
     return cuda::open_ipc_region(handle);
   }
-  // A device-to-device cudaMemcpy may return before the copy is done; another process must not see it early.
+  // Copies of state are queued on the step stream; another process must not see a region before they are done.
   void synchronize() override {
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
     STRATA_CUDA_CHECK(cudaStreamSynchronize(nullptr));

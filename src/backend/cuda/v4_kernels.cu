@@ -13,3 +13,4 @@
 #include "backend/cuda/attention_keys.cuh"
 #include "backend/cuda/router.cuh"
 #include "backend/cuda/moe_experts.cuh"
+#include "backend/cuda/device_copies.cuh"

@@ -182,9 +182,11 @@ bool Model::copy_state(const SequenceState& from, SequenceState& to) const {
   to.reset();
   if (!to.ensure_blocks(from.num_tokens)) return false;
   const int64_t block_floats = parts_->layout.block_floats;
+  std::vector<ForwardRunner::DeviceCopy> copies;
   for (size_t b = 0; b < to.blocks.size(); ++b)  // `from` may hold blocks reserved for its next step too
-    runner_->copy_floats(to.pool->block(to.blocks[b]), from.pool->block(from.blocks[b]), block_floats);
-  runner_->copy_floats(to.fixed.get(), from.fixed.get(), parts_->layout.fixed_floats);
+    copies.push_back({to.pool->block(to.blocks[b]), from.pool->block(from.blocks[b]), block_floats});
+  copies.push_back({to.fixed.get(), from.fixed.get(), parts_->layout.fixed_floats});
+  runner_->copy_floats_many(copies);
   to.num_tokens = from.num_tokens;
   to.mtp_tokens = from.mtp_tokens;  // the MTP rings came with the fixed block
   return true;

@@ -33,8 +33,19 @@ class ForwardRunner {
   // `floats` zeroed floats on the backend's device: a sequence's fixed block (state_layout.h) or a BlockPool's
   // storage.
   virtual std::shared_ptr<float> allocate_state(int64_t floats) = 0;
-  // dst[0, n) = src[0, n) for memory of this backend's device (token blocks, fixed blocks).
+  // dst[0, n) = src[0, n) for memory of this backend's device (token blocks, fixed blocks). Ordered with the steps;
+  // done by the next synchronize() at the latest.
   virtual void copy_floats(float* dst, const float* src, int64_t n) = 0;
+  // Several copy_floats at once (a snapshot layer's runs into or out of a shared region), which a backend may do in
+  // one launch. The copies must not overlap one another.
+  struct DeviceCopy {
+    float* dst;
+    const float* src;
+    int64_t n;
+  };
+  virtual void copy_floats_many(const std::vector<DeviceCopy>& copies) {
+    for (const DeviceCopy& c : copies) copy_floats(c.dst, c.src, c.n);
+  }
   // Between host memory and this backend's device memory (state snapshots, state_snapshot.h).
   virtual void to_host(float* host_dst, const float* device_src, int64_t n) = 0;
   virtual void from_host(float* device_dst, const float* host_src, int64_t n) = 0;

@@ -87,7 +87,7 @@ class ByteWriter {
       if (*placement_.next > placement_.region->floats())
         fail("state snapshot: the shared region holds ", placement_.region->floats(), " floats, the state more");
       i64(at);
-      runner.copy_floats(placement_.region->data() + at, src, n);
+      region_copies_.push_back({placement_.region->data() + at, src, n});
       return;
     }
     staging_.resize(static_cast<size_t>(n));
@@ -103,9 +103,16 @@ class ByteWriter {
     return std::move(s.out_);
   }
   std::string& bytes() { return out_; }
+  // Queues the runs bound for the shared region, all in one go (a layer's few dozen runs: one launch, not one
+  // copy call each).
+  void copy_to_region(ForwardRunner& runner) {
+    runner.copy_floats_many(region_copies_);
+    region_copies_.clear();
+  }
 
  private:
   std::string out_;
+  std::vector<ForwardRunner::DeviceCopy> region_copies_;
   std::vector<float> staging_;
   FloatPlacement placement_;
 };
@@ -142,15 +149,18 @@ class ByteReader {
       if (at < 0 || at > region_->floats() - n)
         fail("state snapshot: ", where_, ": floats [", at, ", ", at + n, ") lie outside the shared region's ",
              region_->floats());
-      runner.copy_floats(dst, region_->data() + at, n);
+      region_copies_.push_back({dst, region_->data() + at, n});
       return;
     }
     staging_.resize(static_cast<size_t>(n));
     std::memcpy(staging_.data(), take(static_cast<size_t>(n) * sizeof(float)), static_cast<size_t>(n) * sizeof(float));
     runner.from_host(dst, staging_.data(), n);
   }
-  void expect_end() const {
+  // The section is whole: its runs from the shared region are queued, all in one go.
+  void expect_end(ForwardRunner* runner = nullptr) {
     if (!bytes_.empty()) fail("state snapshot: ", where_, " has ", bytes_.size(), " bytes more than its counts say");
+    if (runner) runner->copy_floats_many(region_copies_);
+    region_copies_.clear();
   }
 
  private:
@@ -167,6 +177,7 @@ class ByteReader {
   std::string where_;
   const model::SharedRegion* region_;
   std::vector<float> staging_;
+  std::vector<ForwardRunner::DeviceCopy> region_copies_;
 };
 
 uint64_t load_u64(std::string_view bytes, size_t at) {
@@ -245,7 +256,9 @@ std::string SnapshotWriter::layer(int64_t l) const {
   if (!floats_into_) return layer_body(l, {}).section();
   // Layers are written in order, each run after the previous one's in the region.
   if (l == 0) next_float_ = 0;
-  std::string piece = layer_body(l, FloatPlacement{FloatPlacement::Region, floats_into_, &next_float_}).section();
+  ByteWriter body = layer_body(l, FloatPlacement{FloatPlacement::Region, floats_into_, &next_float_});
+  body.copy_to_region(*model_.runner_);
+  std::string piece = body.section();
   model_.runner_->synchronize();  // the piece may go to another process at once: its floats must be in place
   return piece;
 }
@@ -448,7 +461,7 @@ void SnapshotReader::take_mtp_layer(std::string_view body, int64_t i) {
   float* swa = into_.fixed.get() + layout.mtp_layers[static_cast<size_t>(i)].swa;
   for_ring_runs(layout.window_rows, cfg.head_dim, m - rows, rows,
                 [&](int64_t at, int64_t floats) { r.floats(*model_.runner_, swa + at, floats); });
-  r.expect_end();
+  r.expect_end(model_.runner_.get());
   mtp_tokens_[static_cast<size_t>(i)] = m;
   ++next_layer_;
   finish_if_complete();
@@ -495,7 +508,7 @@ void SnapshotReader::take_layer(std::string_view body) {
     for (int64_t e = 0; e < entries; e += c->per_block)
       r.floats(runner, into_.entry(*c, e), std::min(c->per_block, entries - e) * c->dim);
   }
-  r.expect_end();
+  r.expect_end(&runner);
   ++next_layer_;
   finish_if_complete();
 }
