@@ -91,7 +91,17 @@ struct Replica {
   int64_t in_flight = 0;
   std::vector<std::shared_ptr<Link>> idle;
   int64_t requests = 0, failures_total = 0, ejections = 0, readmissions = 0;
+  int64_t connects = 0;  // connections opened while a request waited for one
+  // Connections opened ahead of need (preconnect()), so a request rarely waits for a connect: in progress, and
+  // done in all.
+  std::vector<std::shared_ptr<Link>> connecting;
+  int64_t preconnects = 0;
 };
+
+// Spare kept-alive connections per replica, opened ahead of the requests that will need them: a request arriving
+// when every connection is busy would otherwise wait for a connect (a TCP handshake plus a turn of the event
+// loop, which in a burst is a turn behind everything else queued) inside the router's own time.
+constexpr size_t kSpareConnections = 4;
 
 // prompt_cache_key → the replica its requests went to, the least recently used key forgotten first.
 class StickyKeys {
@@ -180,6 +190,9 @@ struct Router::Impl {
                   const std::vector<bool>& tried);
   std::optional<size_t> pick_prefill() const;
   awaitable<void> watch(size_t r);
+  // Tops up the replica's idle connections to kSpareConnections (healthy replicas only), without waiting.
+  void keep_spares(size_t r);
+  awaitable<void> preconnect(size_t r);
   awaitable<std::optional<server::LoadReport>> fetch_load(size_t r, std::string& why);
   void on_check(size_t r, std::optional<server::LoadReport> report, const std::string& why);
   void on_transport_failure(size_t r, bool connect, const std::string& why);
@@ -488,10 +501,14 @@ void Router::Impl::begin_attempt(Proxied& p, size_t r) {
   if (p.method == http::verb::post)
     w.append("Content-Type: application/json\r\nContent-Length: ").append(std::to_string(p.body.size())).append("\r\n");
   w.append("\r\n").append(p.body);
-  if (rep.idle.empty()) return;  // forward() connects first
+  if (rep.idle.empty()) {  // forward() connects first
+    keep_spares(r);
+    return;
+  }
   p.link = std::move(rep.idle.back());
   rep.idle.pop_back();
   write_now(p);
+  keep_spares(r);
 }
 
 // Writes what the link's socket takes without waiting (nearly always all of it: a request is far smaller than the
@@ -559,6 +576,7 @@ awaitable<Router::Impl::Outcome> Router::Impl::forward(Proxied& p, size_t r, std
   for (int fresh = 0; fresh < 2; ++fresh) {
     const bool reused = fresh == 0 && p.link;
     if (!reused) {
+      ++rep.connects;
       p.link = std::make_shared<Link>(io_);
       p.written = 0;
       p.write_error = {};
@@ -753,8 +771,36 @@ awaitable<void> Router::Impl::watch(size_t r) {
   if (stopping_) note_if_quiet();
 }
 
+void Router::Impl::keep_spares(size_t r) {
+  Replica& rep = replicas_[r];
+  if (stopping_ || rep.health != Health::Healthy) return;
+  for (size_t n = rep.idle.size() + rep.connecting.size(); n < kSpareConnections; ++n)
+    asio::co_spawn(io_, preconnect(r), asio::detached);
+}
+
+awaitable<void> Router::Impl::preconnect(size_t r) {
+  Replica& rep = replicas_[r];
+  auto link = std::make_shared<Link>(io_);
+  rep.connecting.push_back(link);
+  link->stream.expires_after(cfg_.connect_timeout);
+  boost::system::error_code ec;
+  co_await link->stream.async_connect(rep.endpoints, asio::redirect_error(kAwait, ec));
+  std::erase(rep.connecting, link);
+  // A spare that cannot connect is no request's failure: the health checks and the requests' own connects judge
+  // the replica.
+  if (!ec && !stopping_ && rep.health == Health::Healthy) {
+    link->stream.socket().set_option(tcp::no_delay(true), ec);
+    link->stream.expires_never();
+    ++rep.preconnects;
+    rep.idle.push_back(std::move(link));
+  }
+  if (stopping_) note_if_quiet();
+}
+
 void Router::Impl::note_if_quiet() {
   if (!active_.empty() || watching_ > 0) return;
+  for (const Replica& r : replicas_)
+    if (!r.connecting.empty()) return;
   std::lock_guard lock(mu_);
   quiet_ = true;
   cv_.notify_all();
@@ -769,10 +815,12 @@ void Router::Impl::on_check(size_t r, std::optional<server::LoadReport> report, 
     if (rep.health == Health::Unknown) {
       rep.health = Health::Healthy;
       log(rep.base + " (" + role_name(rep.spec.role) + ") is up");
+      if (rep.spec.role != ReplicaRole::Prefill) keep_spares(r);
     } else if (rep.health == Health::Ejected && rep.successes >= cfg_.readmit_after) {
       rep.health = Health::Healthy;
       ++rep.readmissions;
       log(rep.base + " is re-admitted after " + std::to_string(rep.successes) + " good checks");
+      if (rep.spec.role != ReplicaRole::Prefill) keep_spares(r);
     }
     if (!basis_ && rep.report->cache_enabled) basis_ = {rep.report->block_tokens, rep.report->cache_salt};
     else if (basis_ && rep.report->cache_enabled &&
@@ -814,6 +862,7 @@ void Router::Impl::eject(size_t r, const std::string& why) {
   log(rep.base + " is ejected: " + why);
   for (const auto& link : rep.idle) link->stream.close();
   rep.idle.clear();
+  for (const auto& link : rep.connecting) link->stream.close();
   // A replica that comes back has lost its memory-resident cache; what the index says of it is stale.
   if (rep.spec.role != ReplicaRole::Prefill) index_.forget_replica(r);
   // Requests open there are cut now (retried elsewhere when nothing came back yet), rather than left to hang on a
@@ -839,6 +888,8 @@ std::vector<ReplicaMetrics> Router::Impl::replica_metrics() const {
     m.failures = r.failures_total;
     m.ejections = r.ejections;
     m.readmissions = r.readmissions;
+    m.connects = r.connects;
+    m.preconnects = r.preconnects;
     out.push_back(std::move(m));
   }
   return out;
@@ -900,6 +951,7 @@ void Router::wait() {
       for (Replica& r : m.replicas_) {
         for (const auto& link : r.idle) link->stream.close();
         r.idle.clear();
+        for (const auto& link : r.connecting) link->stream.close();
       }
       for (const auto& t : m.timers_) t->cancel();
       for (const auto& probe : m.probes_)

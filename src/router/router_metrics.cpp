@@ -57,6 +57,14 @@ std::string RouterMetrics::render(const std::vector<ReplicaMetrics>& replicas, P
     family(out, name, "counter", "Requests sent, transport failures, ejections and re-admissions, per replica.");
     for (const auto& r : replicas) sample(out, name, replica_labels(r), static_cast<double>(r.*member));
   }
+  family(out, "strata_router_replica_connects_total", "counter",
+         "Connections to the replica opened while a request waited for one (none kept alive was idle).");
+  for (const auto& r : replicas)
+    sample(out, "strata_router_replica_connects_total", replica_labels(r), static_cast<double>(r.connects));
+  family(out, "strata_router_replica_preconnects_total", "counter",
+         "Spare connections to the replica opened ahead of need, so that requests rarely wait for a connect.");
+  for (const auto& r : replicas)
+    sample(out, "strata_router_replica_preconnects_total", replica_labels(r), static_cast<double>(r.preconnects));
 
   family(out, "strata_router_decisions_total", "counter", "Routing decisions, by why the replica was picked.");
   for (const auto& [reason, n] : decisions_) sample(out, "strata_router_decisions_total", "reason=\"" + reason + "\"", static_cast<double>(n));

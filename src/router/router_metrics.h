@@ -20,6 +20,8 @@ struct ReplicaMetrics {
   bool reported = false;  // has answered a load report (the report fields mean something)
   server::LoadReport report;
   int64_t in_flight = 0, requests = 0, failures = 0, ejections = 0, readmissions = 0;
+  int64_t connects = 0;     // connections opened while a request waited for one
+  int64_t preconnects = 0;  // spare connections opened ahead of need
 };
 
 // The router's own time per request (strata_router_overhead_seconds): from the whole request read to its last byte
