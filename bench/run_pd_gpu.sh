@@ -61,7 +61,7 @@ import json, sys, datetime
 out, w, gpu, commit = sys.argv[1:]
 def metric(path, name):
     for line in open(path):
-        if line.startswith(name + " "): return float(line.split()[1])
+        if line.startswith(name + " ") or line.startswith(name + "{"): return float(line.rsplit(None, 1)[1])
     return 0.0
 runs = []
 for line in open(f"{w}/bench_runs.txt"):

@@ -27,6 +27,7 @@
 #      is kept in full and every run's numbers are listed.
 # Usage (repo root, after scripts/setup.sh and a build): bash bench/run_router_cpu.sh [BUILD_DIR] [OUT_JSON]
 # OUT_JSON is the policies' file; OVERHEAD_OUT the overhead's (default bench/results/router_overhead_cpu.json).
+# ROUTER_ARGS: options added to the overhead run's router (e.g. --spare-connections 0).
 # OVERHEAD_RATE: the offered rate (default 1000 requests/s; lower it on a machine too small to offer that).
 # PARTS: policies,overhead (default both; bench/results/ has the policies from this machine's 2 cores and the
 # overhead from a 16-core host, where the replica, the router and the client each have cores of their own).
@@ -50,6 +51,7 @@ port = int(port)
 repeats = int(os.environ.get("REPEATS", "3"))
 num_prefixes = int(os.environ.get("NUM_PREFIXES", "25"))
 parts = os.environ.get("PARTS", "policies,overhead").split(",")
+router_args = os.environ.get("ROUTER_ARGS", "").split()  # extra options of the overhead run's router
 
 def start(args, log, env=None):
     f = open(log, "w")
@@ -158,7 +160,7 @@ for threads in os.environ.get("OVERHEAD_THREADS", "8").split(",") if "overhead" 
         replica = serve(f"{work}/tiny1", port + 1, ["--max-num-seqs", "256", "--cache", "off"], threads)
         rlog = f"{work}/route.log"
         router = start(["route", "--port", str(port), "--policy", "cache_aware", "--model", "models/demo",
-                        "--backend", f"http://127.0.0.1:{port + 1}"], rlog)
+                        "--backend", f"http://127.0.0.1:{port + 1}", *router_args], rlog)
         try:
             wait_up(f"http://127.0.0.1:{port}", router, rlog)
             bench(f"http://127.0.0.1:{port + 1}", warm, f"{work}/warm.json")
@@ -203,7 +205,7 @@ if overhead_runs:
                     "replica": "strata model init --preset tiny --layers 1 --seed 0 --tokenizer-from "
                                ".deps/tokenizer-deepseek_v3 --out T; OMP_NUM_THREADS=N strata serve --model T "
                                "--served-model-name m --max-num-seqs 256 --cache off",
-                    "router": "strata route --policy cache_aware --model models/demo --backend REPLICA",
+                    "router": " ".join(["strata route --policy cache_aware --model models/demo --backend REPLICA", *router_args]),
                     "load": "strata bench serve " + " ".join(load) + ", directly and through the router, each after a "
                             "warm-up of " + " ".join(warm),
                     "internal": "the router's strata_router_overhead_seconds histogram, scraped before and after the "

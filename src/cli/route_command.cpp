@@ -65,6 +65,8 @@ options:
                              every replica is, requests get 429 with Retry-After
   --max-waiting N            also saturated when it reports N waiting sequences (default 0: no limit)
   --connect-timeout S        (default 2)
+  --spare-connections N      kept-alive connections per replica opened ahead of need, so that a request rarely
+                             waits for a connect (default 4; 0: connect only when a request needs one)
   --request-timeout S        a request's whole time on a replica (default 600)
   --max-body-bytes N         largest request body accepted, else 413 (default 8388608)
   --shutdown-grace S         on SIGTERM/SIGINT, seconds in-flight requests may take to finish (default 30)
@@ -82,7 +84,7 @@ example (from the repository root):
 
 const std::set<std::string> kValued = {"host", "port", "policy", "cache-threshold", "model", "index-blocks",
                                        "health-interval", "health-timeout", "eject-after", "readmit-after",
-                                       "max-attempts", "max-in-flight", "max-waiting", "connect-timeout",
+                                       "max-attempts", "max-in-flight", "max-waiting", "connect-timeout", "spare-connections",
                                        "request-timeout", "max-body-bytes", "shutdown-grace"};
 
 struct ReplicaFlags {
@@ -220,6 +222,9 @@ int route_command(const std::vector<std::string>& argv) {
   rc.max_waiting = args.integer("max-waiting", 0);
   if (rc.max_waiting < 0) fail("option --max-waiting: expected sequences ≥ 0 (0: no limit), found ", rc.max_waiting);
   rc.connect_timeout = seconds_option(args, "connect-timeout", 2);
+  rc.spare_connections = args.integer("spare-connections", rc.spare_connections);
+  if (rc.spare_connections < 0 || rc.spare_connections > 1024)
+    fail("option --spare-connections: expected connections per replica in 0…1024, found ", rc.spare_connections);
   rc.request_timeout = seconds_option(args, "request-timeout", 600);
   rc.max_body_bytes = static_cast<size_t>(positive_integer(args, "max-body-bytes", 8 << 20));
   const double grace_s = args.number("shutdown-grace", 30.0);

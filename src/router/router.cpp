@@ -98,10 +98,6 @@ struct Replica {
   int64_t preconnects = 0;
 };
 
-// Spare kept-alive connections per replica, opened ahead of the requests that will need them: a request arriving
-// when every connection is busy would otherwise wait for a connect (a TCP handshake plus a turn of the event
-// loop, which in a burst is a turn behind everything else queued) inside the router's own time.
-constexpr size_t kSpareConnections = 4;
 
 // prompt_cache_key → the replica its requests went to, the least recently used key forgotten first.
 class StickyKeys {
@@ -190,7 +186,7 @@ struct Router::Impl {
                   const std::vector<bool>& tried);
   std::optional<size_t> pick_prefill() const;
   awaitable<void> watch(size_t r);
-  // Tops up the replica's idle connections to kSpareConnections (healthy replicas only), without waiting.
+  // Tops up the replica's idle connections to --spare-connections (healthy replicas only), without waiting.
   void keep_spares(size_t r);
   awaitable<void> preconnect(size_t r);
   awaitable<std::optional<server::LoadReport>> fetch_load(size_t r, std::string& why);
@@ -774,7 +770,7 @@ awaitable<void> Router::Impl::watch(size_t r) {
 void Router::Impl::keep_spares(size_t r) {
   Replica& rep = replicas_[r];
   if (stopping_ || rep.health != Health::Healthy) return;
-  for (size_t n = rep.idle.size() + rep.connecting.size(); n < kSpareConnections; ++n)
+  for (auto n = static_cast<int64_t>(rep.idle.size() + rep.connecting.size()); n < cfg_.spare_connections; ++n)
     asio::co_spawn(io_, preconnect(r), asio::detached);
 }
 

@@ -42,6 +42,10 @@ struct RouterConfig {
   int eject_after = 2;    // consecutive failed checks that eject a healthy replica
   int readmit_after = 2;  // consecutive good checks that re-admit an ejected one
   std::chrono::milliseconds connect_timeout{2000};
+  // Kept-alive connections per replica opened ahead of need: a request that finds every connection busy would
+  // otherwise wait for a connect inside the router's own time (a handshake and, in a burst, a turn of the event
+  // loop behind everything queued).
+  int64_t spare_connections = 4;
   std::chrono::milliseconds request_timeout{std::chrono::minutes(10)};  // a request's whole time on a replica
   int max_attempts = 3;          // replicas a request may try before its first byte comes back
   int64_t max_in_flight = 1024;  // per replica: the router's open requests there before it counts as saturated
