@@ -128,6 +128,35 @@ TEST(RouteCli, DecodeReplicasAreToldTheLeastLoadedHealthyPrefillReplica) {
   EXPECT_EQ(decode.completions().back().headers.count("x-strata-prefill"), 0u);
 }
 
+TEST(RouteCli, SpareConnectionsAreOpenedAheadSoARequestNeedNotConnect) {
+  ScriptedReplica replica(ok_answer);
+  const std::string labels = replica_labels(replica.url(), "backend");
+  {
+    RouterProcess router({"--backend", replica.url(), "--health-interval", "0.1", "--spare-connections", "3"});
+    ASSERT_NE(router.port(), 0) << router.child.output;
+    // Once the replica is up, three connections wait for requests.
+    ASSERT_TRUE(eventually([&] { return router_metric(router.port(), "strata_router_replica_preconnects_total", labels) == 3; },
+                           10 * patience()));
+    for (int i = 0; i < 5; ++i) {
+      HttpTestClient c(router.port());
+      c.send(completion_request());
+      EXPECT_EQ(c.read_reply().status, 200);
+    }
+    EXPECT_EQ(router_metric(router.port(), "strata_router_replica_connects_total", labels), 0);
+    EXPECT_EQ(replica.completions().size(), 5u);
+  }
+  // Without spares the first request connects itself; the connection is kept for the next ones.
+  RouterProcess router({"--backend", replica.url(), "--health-interval", "0.1", "--spare-connections", "0"});
+  ASSERT_NE(router.port(), 0) << router.child.output;
+  for (int i = 0; i < 3; ++i) {
+    HttpTestClient c(router.port());
+    c.send(completion_request());
+    EXPECT_EQ(c.read_reply().status, 200);
+  }
+  EXPECT_EQ(router_metric(router.port(), "strata_router_replica_connects_total", labels), 1);
+  EXPECT_EQ(router_metric(router.port(), "strata_router_replica_preconnects_total", labels), 0);
+}
+
 TEST(RouteCli, RetriesBeforeTheFirstByteAndAnswers429WhenEverythingIsSaturated) {
   // `failing` accepts and then drops each request without a byte of answer (a replica dying under it); `slow` holds
   // its answers for a while.

@@ -225,6 +225,9 @@ TEST_F(Disaggregation, ABatchPrefilledElsewhereIsAnsweredAsColocated) {
   EXPECT_GE(metric(decode_->port(), "strata_pd_imported_states_total{model_name=\"model\"} "), 6);  // n = 2: twice
   EXPECT_GE(metric(prefill_->port(), "strata_pd_exported_states_total{model_name=\"model\"} "), 5);
   EXPECT_GT(metric(decode_->port(), "strata_pd_transfer_bytes_total{model_name=\"model\"} "), 0);
+  // The engine threads' time on the states (restoring here, writing there) is counted.
+  EXPECT_GT(metric(decode_->port(), "strata_pd_restore_seconds_total{model_name=\"model\"} "), 0);
+  EXPECT_GT(metric(prefill_->port(), "strata_pd_export_seconds_total{model_name=\"model\"} "), 0);
 }
 
 TEST_F(Disaggregation, StreamingAndChatGoThroughTheTransferToo) {
