@@ -15,7 +15,10 @@ bash scripts/setup.sh build -DSTRATA_WERROR=ON
 [ -n "$claims_checked" ] || bash scripts/check_claims.sh
 ctest --test-dir build --output-on-failure -j "$jobs"
 
-bash scripts/setup.sh build-asan -DSTRATA_WERROR=ON -DSTRATA_SANITIZE=ON -DSTRATA_CUDA=off -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# At -O1 -g1 (line tables, enough for the reports' stack traces) the sanitized build compiles in 40% of the time
+# -O2 -g takes (router.cpp: 52 s against 127 s), which is most of CI's hour.
+bash scripts/setup.sh build-asan -DSTRATA_WERROR=ON -DSTRATA_SANITIZE=ON -DSTRATA_CUDA=off -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
 # libFuzzer targets (tokenizer, chat request JSON, output parser, and the EBNF, regex and JSON Schema grammar

@@ -1,7 +1,7 @@
 #pragma once
 // The flags that choose how a model runs, shared by generate, serve and bench: --device, --precision, and the CUDA
-// backend's switches --cuda-graphs on|off and --cuda-op-times (flags, not environment variables, so a command line
-// says everything a run did). Each command lists them among its Args and in its --help.
+// backend's switches --cuda-graphs on|off, --cuda-op-times and --batch-invariant (flags, not environment variables,
+// so a command line says everything a run did). Each command lists them among its Args and in its --help.
 #include <string>
 
 #include "cli/args.h"

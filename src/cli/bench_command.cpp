@@ -54,6 +54,8 @@ options:
   --dtype bf16|fp8     with --preset: matrices as bf16, or e4m3 with 128×128 fp32 block scales (default bf16)
   --precision P        with --device cuda: bf16, fp32 or fp8 — fp8 keeps the checkpoint's FP8 matrices FP8 on
                        the device (default: fp8 for --dtype fp8, else bf16)
+  --batch-invariant    with --device cuda: the batch-invariant kernels (docs/batch_invariance.md), to time
+                       what the mode costs
   --seed S             with --preset: random seed (default 0)
   --device cpu|cuda    the backend (default cpu)
   --prompt-len N       prompt tokens (default 512)
@@ -394,7 +396,7 @@ int bench_command(const std::vector<std::string>& argv) {
                   {"model", "preset", "layers", "dtype", "seed", "device", "prompt-len", "decode-tokens", "repeats",
                    "commit", "out", "plots", "prefill", "batch", "context", "chunk", "ceilings", "precision", "cuda-graphs",
                    "cache-ttft", "cache-dir", "cache-replay", "replay-lengths", "replay-tokens"},
-                  {"help", "cuda-op-times", "cache-storage"});
+                  {"help", "cuda-op-times", "cache-storage", "batch-invariant"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -471,6 +473,7 @@ int bench_command(const std::vector<std::string>& argv) {
                  {"repeats", repeats},
                  {"batched_decode_sampling", "greedy: argmax in the backend, ids home"}});
   if (device == model::Device::Cuda) config["cuda_graphs"] = backend.cuda.graphs;
+  if (device == model::Device::Cuda) config["batch_invariant"] = backend.cuda.batch_invariant;
   if (args.has("chunk")) config["chunk"] = args.integer("chunk", 0);
   nlohmann::json j = {
       {"benchmark", std::string(model::device_name(device)) + "_forward"},

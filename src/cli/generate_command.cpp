@@ -42,6 +42,8 @@ options:
   --precision P        with --device cuda: bf16 (default), fp32, or fp8 (the checkpoint's FP8 matrices stay FP8)
   --cuda-graphs on|off with --device cuda: replay decode steps as CUDA graphs (default on)
   --cuda-op-times      with --device cuda: time every backend op with CUDA events, a table at exit
+  --batch-invariant    with --device cuda: a sequence's numbers do not depend on the rest of the batch or
+                       the prefill's chunks (docs/batch_invariance.md; the CPU backend always is)
   --prompt-ids IDS     comma-separated prompt token ids, e.g. 5,6,7
   --prompt TEXT        a text prompt (BOS per the tokenizer config; special-token spellings stay plain text
                        unless --parse-special); prints the generated text
@@ -93,6 +95,8 @@ options:
   --precision P              with --device cuda: bf16 (default), fp32, or fp8 (the checkpoint's FP8 matrices stay FP8)
   --cuda-graphs on|off       with --device cuda: replay decode steps as CUDA graphs (default on)
   --cuda-op-times            with --device cuda: time every backend op with CUDA events, a table at exit
+  --batch-invariant          with --device cuda: a sequence's numbers do not depend on the rest of the batch
+                             or the prefill's chunks (docs/batch_invariance.md; the CPU backend always is)
   --input FILE               requests, one JSON object a line ("-" reads stdin):
                                a request body: chat if it has "messages", completions ("prompt") otherwise, with
                                an optional "custom_id" (or "id"), a string or number, carried to the result:
@@ -152,7 +156,7 @@ int offline_generate(const std::vector<std::string>& argv) {
                       {"model", "device", "precision", "cuda-graphs", "input", "output", "max-num-seqs",
                        "max-num-batched-tokens", "max-model-len", "state-memory", "max-n", "served-model-name",
                        "progress-interval", "summary", "grammar-compile-timeout"})),
-                  {"help", "cuda-op-times"});
+                  {"help", "cuda-op-times", "batch-invariant"});
   if (args.has("help")) {
     std::fputs(kOfflineHelp, stdout);
     std::fputs("\nprefix cache options (results carry usage.prompt_tokens_details.cached_tokens):\n", stdout);
@@ -243,7 +247,7 @@ int generate_command(const std::vector<std::string>& argv) {
   const Args args(argv, with_speculative_options({"model", "device", "precision", "cuda-graphs", "prompt-ids", "prompt", "chat",
                          "max-tokens", "max-model-len", "temperature", "top-p", "top-k", "min-p", "repetition-penalty",
                          "presence-penalty", "frequency-penalty", "seed", "chunk", "dump-logits", "dump-hidden"}),
-                  {"help", "ignore-eos", "parse-special", "cuda-op-times"});
+                  {"help", "ignore-eos", "parse-special", "cuda-op-times", "batch-invariant"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     return 0;

@@ -40,6 +40,8 @@ options:
   --precision P              with --device cuda: bf16 (default), fp32, or fp8 (the checkpoint's FP8 matrices stay FP8)
   --cuda-graphs on|off       with --device cuda: replay decode steps as CUDA graphs (default on)
   --cuda-op-times            with --device cuda: time every backend op with CUDA events, a table at exit
+  --batch-invariant          with --device cuda: a request's tokens and logprobs do not depend on the other
+                             requests in its batches (docs/batch_invariance.md; the CPU backend always is)
   --api-key KEY[,KEY...]     require 'Authorization: Bearer KEY' on /v1/* (/health and /metrics stay open)
   --served-model-name NAME   the model id clients send and see (default: the basename of --model)
   --max-model-len N          prompt + generated tokens per sequence (default: min(8192, the model's
@@ -91,7 +93,7 @@ int serve_command(const std::vector<std::string>& argv) {
                    "max-num-seqs", "max-num-batched-tokens", "max-body-bytes", "max-n", "shutdown-grace", "idle-timeout",
                    "cache-scope", "grammar-cache", "grammar-compile-timeout", "grammar-max-bytes", "role",
                    "prefill-peer", "transfer-timeout", "transfer"})),
-                  {"help", "cuda-op-times"});
+                  {"help", "cuda-op-times", "batch-invariant"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     std::fputs(kCacheOptionsHelp, stdout);

@@ -14,10 +14,14 @@ enum class Device { Cpu, Cuda };
 // their activations per row and 128 columns to e4m3 (DeepSeek's recipe), decode-sized ones dequantize the weights
 // in registers against bf16 activations; every other matrix is bf16. The CPU backend is always fp32.
 enum class Precision { Bf16, Fp32, Fp8 };
-// Switches of the CUDA backend, set by flags (--cuda-graphs, --cuda-op-times), never by the environment.
+// Switches of the CUDA backend, set by flags (--cuda-graphs, --cuda-op-times, --batch-invariant), never by the environment.
 struct CudaSwitches {
   bool graphs = true;     // decode steps recorded once and replayed as CUDA graphs (step_graphs.h)
   bool op_times = false;  // CUDA events around every backend op, a table at exit (op_clock.h); slows every step
+  // Every row's numbers depend on that row's inputs alone (docs/batch_invariance.md): one kernel per op whatever
+  // the step's row count, each summing in an order fixed by the reduction length, so a sequence gets the same bits
+  // in any batch, at any place in it, and prefilled in any chunks. The CPU backend always is.
+  bool batch_invariant = false;
 };
 Precision parse_precision(const std::string& name);  // "bf16", "fp32" or "fp8"
 const char* precision_name(Precision p);

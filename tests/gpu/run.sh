@@ -15,7 +15,7 @@ for deb in .deps/debs/libboost*.deb; do
 done
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_TESTS=OFF -DSTRATA_CUDA=on \
   -DSTRATA_CUDA_ARCHITECTURES=90a > "$out/gpu_cmake.log" 2>&1 || { tail -30 "$out/gpu_cmake.log"; exit 1; }
-ninja -C build-gpu strata strata_gpu_checks strata_gpu_model_check > "$out/gpu_build.log" 2>&1 || { tail -60 "$out/gpu_build.log"; exit 1; }
+ninja -C build-gpu strata strata_gpu_checks strata_gpu_model_check strata_gpu_invariance_check > "$out/gpu_build.log" 2>&1 || { tail -60 "$out/gpu_build.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 status=0
 { bash scripts/provenance.sh; ./build-gpu/strata_gpu_checks; } | tee "$out/gpu_checks.txt" || status=1
@@ -25,6 +25,12 @@ rm -rf /tmp/strata-gpu-tiny /tmp/strata-gpu-tiny-mtp
 ./build-gpu/strata model init --preset tiny --dtype bf16 --mtp 1 --seed 3 --out /tmp/strata-gpu-tiny-mtp > /dev/null
 { bash scripts/provenance.sh; ./build-gpu/strata_gpu_model_check tests/fixtures/a_hc4 tests/fixtures/c_short /tmp/strata-gpu-tiny \
     /tmp/strata-gpu-tiny-mtp; } | tee "$out/gpu_model_check.txt" || status=1
+# --batch-invariant (docs/batch_invariance.md): 1,000 random mixes per checkpoint, every logits row equal to the
+# solo run's bits; an FP8 checkpoint in bf16 and fp8.
+rm -rf /tmp/strata-gpu-tiny-fp8
+./build-gpu/strata model init --preset tiny --dtype fp8 --seed 5 --out /tmp/strata-gpu-tiny-fp8 > /dev/null
+{ bash scripts/provenance.sh; ./build-gpu/strata_gpu_invariance_check /tmp/strata-gpu-tiny /tmp/strata-gpu-tiny-fp8 models/demo; } \
+  | tee "$out/gpu_invariance_check.txt" || status=1
 # The MTP layer against PyTorch (tests/gpu/mtp_reference.py, DeepSeek's MTPBlock written independently): Strata's
 # CPU and CUDA (fp32) draft logits of 10 tokens in one step, and of 200 tokens in chunks of 64 (the MTP ring of 128
 # rows wraps), each recomputed in fp32 torch from the dumped main-model streams.

@@ -125,6 +125,10 @@ class CudaBackend {
   // capture it when this shape has run before. `kept`: the body's keep_rows result (empty when the step keeps no
   // stream rows), recorded with the logits so that a replayed step gives it too.
   void set_graphs(StepGraphs* graphs) { graphs_ = graphs; }
+  // --batch-invariant (docs/batch_invariance.md): each op takes one kernel whatever the step's row count — the
+  // GEMV kernels for every product, kGemvMaxRows rows at a time; the split-keys attention; the mHC slice kernel;
+  // the device-grouped experts in chunks of rows — all of which sum a row in an order fixed by its own lengths.
+  void set_batch_invariant(bool on) { invariant_ = on; }
   bool replay_step(Tensor& logits, Tensor& kept);
   void begin_recording(bool observed);
   void end_recording(const Tensor& logits, const Tensor& kept);
@@ -242,6 +246,14 @@ class CudaBackend {
   }
   // y = x · wᵀ into fp32 y, dispatched on w's type (x: an operand of operand_type(w, m)).
   void product(const Operand& x, int64_t m, const DeviceMatrix& w, float* y);
+  // The batch-invariant products: `groups` products at element strides (as grouped_linear's), through the GEMV
+  // kernels kGemvMaxRows rows at a time; a shape they do not take is an error naming it, never another kernel.
+  void invariant_product(const Operand& x, int64_t ldx, int64_t stride_x, int64_t m, const DeviceMatrix& w,
+                         int64_t rows, int64_t k, int64_t stride_w, int64_t groups, float* y, int64_t ldy,
+                         int64_t stride_y);
+  // experts() in batch-invariant mode (moe.cpp).
+  Tensor invariant_experts(const Tensor& x, const Routing& routing, const model::v4::MoeWeights& w,
+                           const model::ModelConfig& cfg);
   // One SwiGLU expert. x: an operand of the expert's type, or fp32 rows (converted here as each product needs).
   void swiglu_expert(const model::v4::ExpertWeights& w, Operand x, int64_t m, float* y, double limit);
   const EntryTable& entry_table(int64_t layer, model::v4::CompressorSlot slot) const;
@@ -282,6 +294,7 @@ class CudaBackend {
   StepGraphs::Entry* graph_ = nullptr;   // this decode step's shape, or null
   bool capturing_ = false;
   bool body_recordable_ = true;
+  bool invariant_ = false;  // set_batch_invariant
 };
 
 }  // namespace strata::cuda

@@ -21,7 +21,8 @@ class CudaRunner : public ForwardRunner {
       : p_(p),
         weights_(p.w, gemm_type(precision), {&p.rope_main.inv_freq, &p.rope_compress.inv_freq}),
         graphs_(cuda.graphs),
-        clock_(cuda.op_times) {
+        clock_(cuda.op_times),
+        batch_invariant_(cuda.batch_invariant) {
     // A stream of its own (a recording cannot be made on the legacy stream); created blocking, so allocate_state's
     // legacy-stream memset still orders with the steps. Copies of state are queued on it too.
     STRATA_CUDA_CHECK(cudaStreamCreate(&stream_));
@@ -39,6 +40,7 @@ class CudaRunner : public ForwardRunner {
     backend.set_host_staging(&staging_);
     backend.set_upload_staging(&upload_staging_);
     backend.set_mask_staging(&mask_staging_);
+    backend.set_batch_invariant(batch_invariant_);
     backend.set_graphs(&graphs_);
     StepLogits out =
         Forward<cuda::CudaBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend).run(chunks, stage, observe);
@@ -55,6 +57,7 @@ class CudaRunner : public ForwardRunner {
     backend.set_host_staging(&staging_);
     backend.set_upload_staging(&upload_staging_);
     backend.set_mask_staging(&mask_staging_);
+    backend.set_batch_invariant(batch_invariant_);
     return Forward<cuda::CudaBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend)
         .draft(chunks, mtp_layer, view, stage);
   }
@@ -169,6 +172,7 @@ class CudaRunner : public ForwardRunner {
   cuda::StepGraphs graphs_;           // recorded decode steps (step_graphs.h)
   cudaStream_t stream_ = nullptr;
   cuda::OpClock clock_;
+  bool batch_invariant_ = false;  // --batch-invariant (CudaSwitches)
 };
 
 }  // namespace

@@ -32,7 +32,7 @@ constexpr bool kFp8GemmInModel = false;
 GemmType CudaBackend::operand_type(const DeviceMatrix& w, int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldw,
                                    int64_t ldy) {
   if (w.type != GemmType::Fp8) return w.type;
-  return kFp8GemmInModel && m > kGemvMaxRows && gemm_.fp8_supported(m, n, k, ldx, ldw, ldy) ? GemmType::Fp8
+  return kFp8GemmInModel && !invariant_ && m > kGemvMaxRows && gemm_.fp8_supported(m, n, k, ldx, ldw, ldy) ? GemmType::Fp8
                                                                                               : GemmType::Bf16;
 }
 
@@ -57,7 +57,46 @@ void CudaBackend::changed(const float* x) {
   for (const GemmType t : {GemmType::Bf16, GemmType::Fp32, GemmType::Fp8}) converted_.erase({x, t});
 }
 
+void CudaBackend::invariant_product(const Operand& x, int64_t ldx, int64_t stride_x, int64_t m, const DeviceMatrix& w,
+                                    int64_t rows, int64_t k, int64_t stride_w, int64_t groups, float* y, int64_t ldy,
+                                    int64_t stride_y) {
+  const GemmType in = w.type == GemmType::Fp8 ? GemmType::Bf16 : w.type;
+  if (x.type != in) fail("CUDA batch-invariant product: a ", gemm_type_name(x.type), " operand for ", gemm_type_name(w.type), " weights");
+  const size_t element = gemm_type_size(in);
+  const auto* x0 = static_cast<const char*>(x.data);
+  const void* weights = w.data;
+  GemmType weight_type = w.type;
+  // FP8 weights the FP8 GEMV does not take (partial 128-blocks): this layer's bf16 copy, for every row count alike.
+  if (w.type == GemmType::Fp8 && !gemv_fp8_applies(x0, ldx, stride_x, w.data, k, stride_w, std::min(m, kGemvMaxRows), k)) {
+    auto* wb = scratch_.alloc<__nv_bfloat16>(w.rows * w.cols);
+    dequantize_fp8(static_cast<const uint8_t*>(w.data), w.scales, w.rows, w.cols, wb, stream_);
+    weights = wb;
+    weight_type = GemmType::Bf16;
+  }
+  for (int64_t r0 = 0; r0 < m; r0 += kGemvMaxRows) {
+    const int64_t mc = std::min(kGemvMaxRows, m - r0);
+    const char* xc = x0 + static_cast<size_t>(r0 * ldx) * element;
+    float* yc = y + r0 * ldy;
+    if (weight_type == GemmType::Fp8) {
+      if (!gemv_fp8_applies(xc, ldx, stride_x, weights, k, stride_w, mc, k))
+        fail("--batch-invariant: the FP8 GEMV does not take a product of k = ", k, " (rows of whole 16-byte vectors, aligned)");
+      gemv_fp8(reinterpret_cast<const __nv_bfloat16*>(xc), ldx, stride_x, static_cast<const uint8_t*>(weights), k,
+               stride_w, w.scales, w.scale_cols(), rows / kFp8Block * w.scale_cols(), yc, ldy, stride_y, mc, rows, k,
+               groups, stream_);
+    } else {
+      if (!gemv_applies(weight_type, xc, ldx, stride_x, weights, k, stride_w, mc, k))
+        fail("--batch-invariant: the GEMV does not take a ", gemm_type_name(weight_type), " product of k = ", k,
+             " (rows of whole 16-byte vectors, aligned)");
+      gemv(weight_type, xc, ldx, stride_x, weights, k, stride_w, yc, ldy, stride_y, mc, rows, k, groups, stream_);
+    }
+  }
+}
+
 void CudaBackend::product(const Operand& x, int64_t m, const DeviceMatrix& w, float* y) {
+  if (invariant_) {
+    invariant_product(x, w.cols, 0, m, w, w.rows, w.cols, 0, 1, y, w.rows, 0);
+    return;
+  }
   if (w.type != GemmType::Fp8) {
     if (x.type != w.type) fail("CUDA product: a ", gemm_type_name(x.type), " operand for ", gemm_type_name(w.type), " weights");
     if (gemv_applies(w.type, x.data, w.cols, 0, w.data, w.cols, 0, m, w.cols))
@@ -126,6 +165,11 @@ CudaBackend::Tensor CudaBackend::grouped_linear(const Tensor& x, const WeightRef
   const int64_t group_in = x.cols / groups, rank = d.rows / groups;
   if (d.cols != group_in) fail("CUDA grouped linear: group width ", group_in, " against a weight of ", d.rows, "x", d.cols);
   Tensor y = tensor(x.rows, groups * rank);
+  if (invariant_) {
+    const Operand xin = operand(x.data, x.rows, x.cols, d.type == GemmType::Fp8 ? GemmType::Bf16 : d.type);
+    invariant_product(xin, x.cols, group_in, x.rows, d, rank, group_in, rank * group_in, groups, y.data, y.cols, rank);
+    return y;
+  }
   if (d.type == GemmType::Fp8) {
     // Uploaded as FP8 only with whole 128-blocks per group (DeviceWeights), so group g's weight scales are block
     // rows [g·rank/128, …) of the matrix's, and its activation scales block rows [g·group_in/128, …) of x's.

@@ -15,10 +15,11 @@ CudaBackend::Mix CudaBackend::hc_pre(const HyperConnectionWeights& w, const Tens
   const int64_t hc = cfg.hc_mult, d = cfg.hidden_size;
   collapsed = tensor(streams.rows, d);
   Mix m{scratch_.alloc<float>(streams.rows * (hc + hc * hc)), hc};
-  // Above decode sizes the mixes fn · streams are one fp32 GEMM (true fp32, as the slice kernel's sums).
+  // Above decode sizes the mixes fn · streams are one fp32 GEMM (true fp32, as the slice kernel's sums); in
+  // batch-invariant mode the slice kernel takes every row count (its sums do not depend on it, cuBLASLt's may).
   const int64_t n = (2 + hc) * hc;
   float* mixes = nullptr;
-  if (streams.rows > kGemvMaxRows) {
+  if (streams.rows > kGemvMaxRows && !invariant_) {
     mixes = scratch_.alloc<float>(streams.rows * n);
     gemm_.run(GemmType::Fp32, streams.data, hc * d, weights_.vec(w.fn), hc * d, mixes, n, streams.rows, n, hc * d,
               stream_);

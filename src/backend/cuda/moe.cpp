@@ -70,6 +70,7 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
                      moe_gemm_pays(tables->type, pairs, planned);
   const bool streamed = tables && pairs <= std::min(kMoePlanMaxPairs, 8 * n_experts) &&
                         moe_grouped_supported(tables->type, d, inter);
+  if (invariant_ && tables && moe_grouped_supported(tables->type, d, inter)) return invariant_experts(x, routing, w, cfg);
   if (tiled || streamed) {
     MoePlan plan{scratch_.alloc<int32_t>(pairs),  scratch_.alloc<int32_t>(planned + 1),
                  scratch_.alloc<int32_t>(planned), routed_active_ + routed_experts_.size(),
@@ -113,6 +114,8 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
     return out;
   }
 
+  // Batch-invariant mode reaches here only for shapes the grouped kernels do not take: one chain per expert, whose
+  // products (invariant_product) give a row the same bits however many rows share its expert.
   not_recordable("experts grouped on the host");
   std::vector<int32_t> ids(static_cast<size_t>(n * k));
   std::vector<float> weight(ids.size());
@@ -167,6 +170,50 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
   }
   Tensor out = tensor(n, d);
   moe_combine(shared, routed, upload(slot), upload(slot_weight), out.data, n, k, d, stream_);
+  return out;
+}
+
+// Batch-invariant experts: the device-grouped kernels (moe.h) for every step, in chunks of rows small enough for
+// one block's plan. Those kernels sum each (row, expert) pair over the hidden width in an order fixed by the widths
+// alone — not by how many pairs share the expert — and the combine adds a row's experts in ascending order, so a
+// row's output does not depend on the other rows of its step or of its chunk.
+CudaBackend::Tensor CudaBackend::invariant_experts(const Tensor& x, const Routing& routing, const MoeWeights& w,
+                                                   const ModelConfig& cfg) {
+  const int64_t n = x.rows, d = x.cols, k = routing.k;
+  const DeviceWeights::ExpertTables& tables = weights_.experts(w);
+  const int64_t n_experts = static_cast<int64_t>(w.experts.size()), inter = w.experts[0].w1.rows;
+  const int64_t slots = k + tables.with_shared, planned = n_experts + tables.with_shared;
+  const GemmType grouped_in = tables.type == GemmType::Fp32 ? GemmType::Fp32 : GemmType::Bf16;
+  const int64_t chunk = std::max<int64_t>(1, std::min(kMoePlanMaxPairs, 8 * n_experts) / slots);
+  const auto* xg = static_cast<const char*>(operand(x.data, n, d, grouped_in).data);
+  const size_t row_bytes = static_cast<size_t>(d) * gemm_type_size(grouped_in);
+  float* shared = nullptr;
+  if (w.shared && !tables.with_shared) {
+    shared = scratch_.alloc<float>(n * d);
+    swiglu_expert(*w.shared, {x.data, nullptr, GemmType::Fp32}, n, shared, cfg.swiglu_limit);
+  }
+  Tensor out = tensor(n, d);
+  const int64_t most = std::min(n, chunk) * slots;
+  MoePlan plan{scratch_.alloc<int32_t>(most), scratch_.alloc<int32_t>(planned + 1), scratch_.alloc<int32_t>(planned),
+               nullptr, scratch_.alloc<int32_t>(most), scratch_.alloc<float>(most)};
+  // The step's active-expert count (a statistic, routed_experts) is its first chunk's: the whole step at decode
+  // sizes; a lower bound for larger steps.
+  int32_t* later_counts = scratch_.alloc<int32_t>(1);
+  routed_experts_.push_back(tables.with_shared ? -2 : -1);
+  void* h = gemm_operand(most * inter, grouped_in);
+  float* routed = scratch_.alloc<float>(most * d);
+  const auto limit = static_cast<float>(cfg.swiglu_limit);
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    const int64_t rows = std::min(chunk, n - r0), pairs = rows * slots;
+    plan.n_active = r0 == 0 ? routed_active_ + routed_experts_.size() - 1 : later_counts;
+    moe_plan(routing.ids + r0 * k, routing.weights + r0 * k, rows, k, n_experts, tables.with_shared, plan, stream_);
+    const int64_t max_active = std::min(planned, pairs);
+    moe_gate_up(tables.type, xg + static_cast<size_t>(r0) * row_bytes, plan, max_active, tables.w1, tables.w3,
+                tables.s1, tables.s3, d, inter, limit, h, stream_);
+    moe_down(tables.type, h, plan, max_active, tables.w2, tables.s2, inter, d, routed, stream_);
+    moe_combine(shared ? shared + r0 * d : nullptr, routed, plan.slot, plan.slot_weight, out.data + r0 * d, rows, slots,
+                d, stream_);
+  }
   return out;
 }
 

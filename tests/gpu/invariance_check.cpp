@@ -1,0 +1,181 @@
+// Batch invariance of the CUDA backend (--batch-invariant; docs/batch_invariance.md), on the GPU machine
+// (tests/gpu/run.sh): random request mixes, each sequence's logits rows against its solo run, bit for bit.
+//
+// For each checkpoint and precision (bf16; bf16 and fp8 for an FP8 checkpoint): a pool of sequences, each a random
+// prompt of 1–600 tokens and 4 decode tokens, is first run alone — the prompt in one chunk, then one token a step.
+// Then MIXES random mixes: 1–8 sequences, each prefilled in random chunks (1 token to the whole rest), starting
+// at random steps, so a step holds prefill chunks and decode rows of different sequences together, at every
+// position in the batch; CUDA graphs on, as served. Every logits row of every mix must equal the solo row to the bit
+// (NaN never passes). The same mixes then run once without the mode and report how many rows differ there: the
+// check must be able to see what the mode removes. Exit status: 0 pass, 1 fail, 2 error.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/deepseek_v4/model.h"
+
+using namespace strata;
+using namespace strata::model::v4;
+
+namespace {
+
+constexpr int64_t kDecodeTokens = 4;
+
+struct Sequence {
+  std::vector<int32_t> tokens;  // prompt, then the decode tokens
+  int64_t prompt = 0;
+  Mat logits;                   // [tokens, vocab] of the solo run
+};
+
+// Bitwise equality of two logits rows; a NaN is never equal (memcmp would call two NaNs of one pattern equal).
+bool same_bits(const float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (a[i] != a[i] || std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return false;
+  return true;
+}
+
+std::vector<Sequence> make_sequences(const Model& solo, int count, std::mt19937_64& rng) {
+  const int64_t vocab = solo.config().vocab_size;
+  std::vector<Sequence> out;
+  for (int i = 0; i < count; ++i) {
+    Sequence s;
+    s.prompt = 1 + static_cast<int64_t>(rng() % 600);
+    for (int64_t t = 0; t < s.prompt + kDecodeTokens; ++t) s.tokens.push_back(static_cast<int32_t>(rng() % vocab));
+    SequenceState st = solo.new_sequence(nullptr, s.prompt + kDecodeTokens);
+    const Mat first = solo.forward({s.tokens.begin(), s.tokens.begin() + s.prompt}, st, true);
+    s.logits = Mat(s.prompt + kDecodeTokens, vocab);
+    std::memcpy(s.logits.row(0), first.row(0), sizeof(float) * first.v.size());
+    for (int64_t t = s.prompt; t < s.prompt + kDecodeTokens; ++t) {
+      const Mat row = solo.forward({s.tokens[static_cast<size_t>(t)]}, st, true);
+      std::memcpy(s.logits.row(t), row.row(0), sizeof(float) * vocab);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+struct MixResult {
+  int64_t rows = 0, differing = 0, steps = 0, mixed_steps = 0;
+};
+
+// `mixes` random mixes of the sequences on `model`; rows compared against each sequence's solo logits.
+MixResult run_mixes(const Model& model, const std::vector<Sequence>& seqs, int mixes, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int64_t vocab = model.config().vocab_size;
+  MixResult r;
+  for (int m = 0; m < mixes; ++m) {
+    const int b = 1 + static_cast<int>(rng() % 8);
+    std::vector<size_t> pick;
+    while (static_cast<int>(pick.size()) < b) {
+      const size_t q = rng() % seqs.size();
+      bool taken = false;
+      for (const size_t p : pick) taken = taken || p == q;
+      if (!taken) pick.push_back(q);
+    }
+    std::vector<SequenceState> states;
+    std::vector<int64_t> at(pick.size(), 0), start(pick.size());
+    for (size_t i = 0; i < pick.size(); ++i) {
+      states.push_back(model.new_sequence(nullptr, static_cast<int64_t>(seqs[pick[i]].tokens.size())));
+      start[i] = static_cast<int64_t>(rng() % 3);  // joins at step 0, 1 or 2
+    }
+    for (int64_t step = 0;; ++step) {
+      std::vector<model::SequenceChunk> chunks;
+      std::vector<size_t> who;
+      std::vector<int64_t> from;
+      bool prefill = false, decode = false;
+      for (size_t i = 0; i < pick.size(); ++i) {
+        const Sequence& s = seqs[pick[i]];
+        const int64_t total = static_cast<int64_t>(s.tokens.size());
+        if (step < start[i] || at[i] >= total) continue;
+        int64_t n = 1;
+        if (at[i] < s.prompt) {
+          const int64_t rest = s.prompt - at[i];
+          n = rng() % 4 == 0 ? rest : 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(rest));
+          prefill = true;
+        } else {
+          decode = true;
+        }
+        chunks.push_back({{s.tokens.begin() + at[i], s.tokens.begin() + at[i] + n}, &states[i], true});
+        who.push_back(i);
+        from.push_back(at[i]);
+        at[i] += n;
+      }
+      if (chunks.empty()) {
+        bool done = true;
+        for (size_t i = 0; i < pick.size(); ++i) done = done && at[i] >= static_cast<int64_t>(seqs[pick[i]].tokens.size());
+        if (done) break;
+        continue;
+      }
+      const std::vector<Mat> out = model.forward_batch(chunks);
+      r.steps += 1;
+      r.mixed_steps += prefill && decode;
+      for (size_t c = 0; c < chunks.size(); ++c) {
+        const Sequence& s = seqs[pick[who[c]]];
+        for (int64_t row = 0; row < out[c].rows; ++row) {
+          r.rows += 1;
+          r.differing += !same_bits(out[c].row(row), s.logits.row(from[c] + row), vocab);
+        }
+      }
+    }
+  }
+  return r;
+}
+
+int failures = 0;
+
+void check(const std::string& dir, const std::string& name, Precision precision, int sequences, int mixes) {
+  model::CudaSwitches invariant;
+  invariant.batch_invariant = true;
+  const Model on = load_model(dir, Device::Cuda, precision, invariant);
+  std::mt19937_64 rng(20261207);
+  const std::vector<Sequence> seqs = make_sequences(on, sequences, rng);
+  const MixResult a = run_mixes(on, seqs, mixes, 7);
+  const bool ok = a.differing == 0 && a.rows > 0;
+  failures += !ok;
+  std::printf("%-14s %-4s --batch-invariant: %d mixes of %d sequences, %lld steps (%lld mixing prefill and decode), "
+              "%lld logits rows, %lld differ from solo  %s\n",
+              name.c_str(), precision_name(precision), mixes, sequences, static_cast<long long>(a.steps),
+              static_cast<long long>(a.mixed_steps), static_cast<long long>(a.rows),
+              static_cast<long long>(a.differing), ok ? "PASS" : "FAIL");
+  // Without the mode (the solo runs too): the same kind of mixes, fewer, for what the mode changes.
+  const Model off = load_model(dir, Device::Cuda, precision);
+  std::mt19937_64 rng_off(20261207);
+  const std::vector<Sequence> seqs_off = make_sequences(off, sequences, rng_off);
+  const MixResult b = run_mixes(off, seqs_off, std::max(1, mixes / 10), 7);
+  std::printf("%-14s %-4s without the mode: %lld of %lld logits rows differ from solo (information, not judged)\n",
+              name.c_str(), precision_name(precision), static_cast<long long>(b.differing),
+              static_cast<long long>(b.rows));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: strata_gpu_invariance_check [--mixes N] CHECKPOINT_DIR...\n");
+    return 2;
+  }
+  int mixes = 1000, first = 1;
+  if (argc > 3 && std::string(argv[1]) == "--mixes") {
+    mixes = std::atoi(argv[2]);
+    first = 3;
+  }
+  try {
+    for (int i = first; i < argc; ++i) {
+      const std::string dir = argv[i], name = dir.substr(dir.find_last_of('/') + 1);
+      const Model cpu = load_model(dir, Device::Cpu);
+      if (cpu.config().quantization) {
+        for (const Precision p : {Precision::Bf16, Precision::Fp8}) check(dir, name, p, 24, mixes / 2);
+      } else {
+        check(dir, name, Precision::Bf16, 24, mixes);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  std::printf("%s: %d failing\n", failures ? "FAIL" : "PASS", failures);
+  return failures ? 1 : 0;
+}
