@@ -12,10 +12,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "model/deepseek_v4/model.h"
+#include "model/state_pool.h"
 
 using namespace strata;
 using namespace strata::model::v4;
@@ -23,6 +25,7 @@ using namespace strata::model::v4;
 namespace {
 
 constexpr int64_t kDecodeTokens = 4;
+constexpr int64_t kMaxPrompt = 600;
 
 struct Sequence {
   std::vector<int32_t> tokens;  // prompt, then the decode tokens
@@ -42,7 +45,7 @@ std::vector<Sequence> make_sequences(const Model& solo, int count, std::mt19937_
   std::vector<Sequence> out;
   for (int i = 0; i < count; ++i) {
     Sequence s;
-    s.prompt = 1 + static_cast<int64_t>(rng() % 600);
+    s.prompt = 1 + static_cast<int64_t>(rng() % kMaxPrompt);
     for (int64_t t = 0; t < s.prompt + kDecodeTokens; ++t) s.tokens.push_back(static_cast<int32_t>(rng() % vocab));
     SequenceState st = solo.new_sequence(nullptr, s.prompt + kDecodeTokens);
     const Mat first = solo.forward({s.tokens.begin(), s.tokens.begin() + s.prompt}, st, true);
@@ -75,10 +78,15 @@ MixResult run_mixes(const Model& model, const std::vector<Sequence>& seqs, int m
       for (const size_t p : pick) taken = taken || p == q;
       if (!taken) pick.push_back(q);
     }
-    std::vector<SequenceState> states;
+    // A batch's sequences share one block pool (a StatePool's), as the engine's do.
+    model::StatePoolLimits limits;
+    limits.max_sequences = b;
+    limits.blocks = b * model.blocks_for_tokens(kMaxPrompt + kDecodeTokens);
+    model::StatePool pool(model, limits);
+    std::vector<SequenceState*> states;
     std::vector<int64_t> at(pick.size(), 0), start(pick.size());
     for (size_t i = 0; i < pick.size(); ++i) {
-      states.push_back(model.new_sequence(nullptr, static_cast<int64_t>(seqs[pick[i]].tokens.size())));
+      states.push_back(pool.acquire());
       start[i] = static_cast<int64_t>(rng() % 3);  // joins at step 0, 1 or 2
     }
     for (int64_t step = 0;; ++step) {
@@ -98,7 +106,8 @@ MixResult run_mixes(const Model& model, const std::vector<Sequence>& seqs, int m
         } else {
           decode = true;
         }
-        chunks.push_back({{s.tokens.begin() + at[i], s.tokens.begin() + at[i] + n}, &states[i], true});
+        if (!pool.reserve(*states[i], n)) throw std::runtime_error("the state pool could not reserve token blocks");
+        chunks.push_back({{s.tokens.begin() + at[i], s.tokens.begin() + at[i] + n}, states[i], true});
         who.push_back(i);
         from.push_back(at[i]);
         at[i] += n;
