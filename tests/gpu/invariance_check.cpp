@@ -166,6 +166,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: strata_gpu_invariance_check [--mixes N] CHECKPOINT_DIR...\n");
     return 2;
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each result line as it is made (tee, a timeout)
   int mixes = 1000, first = 1;
   if (argc > 3 && std::string(argv[1]) == "--mixes") {
     mixes = std::atoi(argv[2]);
