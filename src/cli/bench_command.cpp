@@ -472,8 +472,10 @@ int bench_command(const std::vector<std::string>& argv) {
                  {"decode_tokens", decode},
                  {"repeats", repeats},
                  {"batched_decode_sampling", "greedy: argmax in the backend, ids home"}});
-  if (device == model::Device::Cuda) config["cuda_graphs"] = backend.cuda.graphs;
-  if (device == model::Device::Cuda) config["batch_invariant"] = backend.cuda.batch_invariant;
+  if (device == model::Device::Cuda) {
+    config["cuda_graphs"] = backend.cuda.graphs;
+    config["batch_invariant"] = backend.cuda.batch_invariant;
+  }
   if (args.has("chunk")) config["chunk"] = args.integer("chunk", 0);
   nlohmann::json j = {
       {"benchmark", std::string(model::device_name(device)) + "_forward"},

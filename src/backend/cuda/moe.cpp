@@ -15,6 +15,14 @@ namespace strata::cuda {
 using model::ModelConfig;
 using namespace model::v4;
 
+namespace {
+
+// The most (row, expert) pairs a step takes on the streamed grouped kernels: one block's plan, and few enough pairs
+// per expert that streaming each expert's weights once per step still pays.
+int64_t streamed_max_pairs(int64_t n_experts) { return std::min(kMoePlanMaxPairs, 8 * n_experts); }
+
+}  // namespace
+
 CudaBackend::Routing CudaBackend::route(const Tensor& logits, const MoeWeights& w, const std::vector<int32_t>&,
                                         const ModelConfig& cfg) {
   STRATA_TIMED_OP("route");
@@ -59,6 +67,7 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
   // One launch per projection over every routed (row, expert) pair, grouped by expert on the device; the per-expert
   // loop below is left for the shapes the grouped kernels do not take.
   const DeviceWeights::ExpertTables* tables = n_experts ? &weights_.experts(w) : nullptr;
+  if (invariant_ && tables && moe_grouped_supported(tables->type, d, inter)) return invariant_experts(x, routing, w, cfg);
   const int64_t slots = k + (tables && tables->with_shared);  // per row: its routed experts, then the shared one
   // The grouped kernels' operands: fp32 for fp32 weights, else bf16 (FP8 experts are weight-only there).
   const GemmType grouped_in = tables && tables->type == GemmType::Fp32 ? GemmType::Fp32 : GemmType::Bf16;
@@ -68,9 +77,7 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
   // the single-block plan's size, the grouped kernels that stream each expert's weights once per step.
   const bool tiled = tables && moe_gemm_supported(tables->type, d, inter, max_tiles) &&
                      moe_gemm_pays(tables->type, pairs, planned);
-  const bool streamed = tables && pairs <= std::min(kMoePlanMaxPairs, 8 * n_experts) &&
-                        moe_grouped_supported(tables->type, d, inter);
-  if (invariant_ && tables && moe_grouped_supported(tables->type, d, inter)) return invariant_experts(x, routing, w, cfg);
+  const bool streamed = tables && pairs <= streamed_max_pairs(n_experts) && moe_grouped_supported(tables->type, d, inter);
   if (tiled || streamed) {
     MoePlan plan{scratch_.alloc<int32_t>(pairs),  scratch_.alloc<int32_t>(planned + 1),
                  scratch_.alloc<int32_t>(planned), routed_active_ + routed_experts_.size(),
@@ -184,7 +191,7 @@ CudaBackend::Tensor CudaBackend::invariant_experts(const Tensor& x, const Routin
   const int64_t n_experts = static_cast<int64_t>(w.experts.size()), inter = w.experts[0].w1.rows;
   const int64_t slots = k + tables.with_shared, planned = n_experts + tables.with_shared;
   const GemmType grouped_in = tables.type == GemmType::Fp32 ? GemmType::Fp32 : GemmType::Bf16;
-  const int64_t chunk = std::max<int64_t>(1, std::min(kMoePlanMaxPairs, 8 * n_experts) / slots);
+  const int64_t chunk = std::max<int64_t>(1, streamed_max_pairs(n_experts) / slots);
   const auto* xg = static_cast<const char*>(operand(x.data, n, d, grouped_in).data);
   const size_t row_bytes = static_cast<size_t>(d) * gemm_type_size(grouped_in);
   float* shared = nullptr;
