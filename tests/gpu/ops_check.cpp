@@ -15,6 +15,7 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_copies.h"
 #include "backend/cuda/fp8.h"
+#include "backend/cuda/gemm_fixed_order.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/moe_gemm.h"
@@ -598,6 +599,73 @@ void check_gemv_fp8(int64_t m, int64_t n, int64_t k, int64_t groups) {
   }
 }
 
+// The fixed-order products of --batch-invariant (gemm_fixed_order.h), bf16 and FP8 weights, `groups` products at
+// strides: both kernels against the CPU, then bit for bit against each other and against the same rows computed
+// in batches of other sizes and at other positions (rows r0 .. r0+b of the full batch run as a batch of b alone).
+void check_fixed_order(int64_t m, int64_t n, int64_t k, int64_t groups, bool fp8) {
+  using strata::cuda::FixedOrderKernel;
+  std::vector<uint16_t> xh(static_cast<size_t>(m * groups * k));
+  strata::Mat x(m * groups, k);  // row t·groups + g: the group-g slice of token t's activations
+  const std::vector<float> xv = randn(xh.size());
+  for (size_t i = 0; i < xh.size(); ++i) x.v[i] = strata::bf16_to_f32(xh[i] = strata::f32_to_bf16(xv[i]));
+  Fp8Weights w8;
+  std::vector<uint16_t> wh;
+  strata::WeightRef ref_w;
+  if (fp8) {
+    w8 = random_fp8_weights(groups * n, k);
+    ref_w = w8.ref;
+  } else {
+    const std::vector<float> wv = randn(static_cast<size_t>(groups * n * k), 0.05f);
+    wh.resize(wv.size());
+    for (size_t i = 0; i < wv.size(); ++i) wh[i] = strata::f32_to_bf16(wv[i]);
+    ref_w = strata::WeightRef{strata::DType::BF16, reinterpret_cast<const uint8_t*>(wh.data()), groups * n, k};
+  }
+  const strata::Mat full = strata::cpu::linear(x, ref_w);
+  std::vector<float> ref(static_cast<size_t>(m * groups * n));
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t j = 0; j < n; ++j)
+        ref[static_cast<size_t>(t * groups * n + g * n + j)] = full.at(t * groups + g, g * n + j);
+  DeviceBuffer<uint16_t> dx(xh);
+  DeviceBuffer<uint8_t> dw8(fp8 ? w8.codes : std::vector<uint8_t>(1));
+  DeviceBuffer<uint16_t> dwb(fp8 ? std::vector<uint16_t>(8) : wh);
+  DeviceBuffer<float> dws(fp8 ? w8.scales : std::vector<float>(1)), dy(ref.size());
+  const auto type = fp8 ? strata::cuda::GemmType::Fp8 : strata::cuda::GemmType::Bf16;
+  const void* w = fp8 ? static_cast<const void*>(dw8.data()) : static_cast<const void*>(dwb.data());
+  const int64_t scale_cols = (k + 127) / 128, stride_s = n / 128 * scale_cols;
+  const std::string shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+                            (groups > 1 ? " " + std::to_string(groups) + " groups" : "") + (fp8 ? " fp8" : "");
+  const auto* xb = reinterpret_cast<const __nv_bfloat16*>(dx.data());
+  auto run = [&](int64_t r0, int64_t rows, FixedOrderKernel kernel) {
+    dy.fill_bytes(0xff);
+    strata::cuda::fixed_order_product(type, xb + r0 * groups * k, groups * k, k, w, k, n * k, dws.data(), scale_cols,
+                                      stride_s, dy.data(), groups * n, n, rows, n, k, groups, nullptr, kernel);
+    std::vector<float> y = dy.download();
+    y.resize(static_cast<size_t>(rows * groups * n));
+    return y;
+  };
+  const std::vector<float> few = run(0, m, FixedOrderKernel::FewRows), many = run(0, m, FixedOrderKernel::ManyRows);
+  report("fixed_order few", shape, rel_error(few, ref), 1e-5);
+  report("fixed_order many", shape, rel_error(many, ref), 1e-5);
+  // Bit for bit: the kernels against each other, then sub-batches (every kernel) against the full batch's rows.
+  auto differing = [](const std::vector<float>& a, const float* b) {
+    int64_t d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d += a[i] != a[i] || std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return d;
+  };
+  int64_t differ = differing(few, many.data()), compared = static_cast<int64_t>(few.size());
+  for (const auto& [r0, rows] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {m - 1, 1}, {m / 2, 3}, {1, 16},
+                                                                          {3, 17}, {0, 100}, {m / 3, m - m / 3}}) {
+    if (r0 < 0 || rows < 1 || r0 + rows > m) continue;
+    for (const FixedOrderKernel kernel : {FixedOrderKernel::FewRows, FixedOrderKernel::ManyRows, FixedOrderKernel::Auto}) {
+      const std::vector<float> part = run(r0, rows, kernel);
+      differ += differing(part, few.data() + r0 * groups * n);
+      compared += static_cast<int64_t>(part.size());
+    }
+  }
+  report("fixed_order bits", shape + " " + std::to_string(compared) + " el", static_cast<double>(differ), 0);
+}
+
 // The tiled plan and the tensor-core GEMM tiles of the grouped experts (moe_gemm.h), bf16 and FP8 weights, against
 // the CPU: as check_moe_mma, with enough rows that the shared expert spans several 64-token tiles (the last one
 // partial) and the plan several 128-row chunks. The tiled plan must equal the single-block plan exactly (same
@@ -1068,6 +1136,13 @@ int main() {
     check_gemv_fp8(8, 4096, 1024, 1);
     check_gemv_fp8(5, 32, 64, 1);
     check_gemv_fp8(2, 1024, 4096, 8);
+    for (const bool fp8 : {false, true}) {
+      check_fixed_order(300, 4096, 1024, 1, fp8);
+      check_fixed_order(700, 1024, 4096, 1, fp8);
+      check_fixed_order(40, 1000, 512, 1, fp8);  // n not a multiple of 16
+      check_fixed_order(130, 1024, 512, 8, fp8);   // grouped (V4's wo_a)
+    }
+    check_fixed_order(37, 200, 80, 1, false);  // k not a multiple of 32 or 128
     check_moe_mma(100, 2, 8, 256, 144);
     check_moe_mma(3, 6, 16, 512, 64);
     for (const bool fp8 : {false, true}) {

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_backend_op.h"
 #include "backend/cuda/fp8.h"
+#include "backend/cuda/gemm_fixed_order.h"
 #include "backend/cuda/gemv.h"
 #include "backend/cuda/linear.h"
 #include "core/error.h"
@@ -62,34 +63,37 @@ void CudaBackend::invariant_product(const Operand& x, int64_t ldx, int64_t strid
                                     int64_t stride_y) {
   const GemmType in = w.type == GemmType::Fp8 ? GemmType::Bf16 : w.type;
   if (x.type != in) fail("CUDA batch-invariant product: a ", gemm_type_name(x.type), " operand for ", gemm_type_name(w.type), " weights");
-  const size_t element = gemm_type_size(in);
-  const auto* x0 = static_cast<const char*>(x.data);
-  const void* weights = w.data;
-  GemmType weight_type = w.type;
-  // FP8 weights the FP8 GEMV does not take (partial 128-blocks): this layer's bf16 copy, for every row count alike.
-  if (w.type == GemmType::Fp8 && !gemv_fp8_applies(x0, ldx, stride_x, w.data, k, stride_w, std::min(m, kGemvMaxRows), k)) {
+  if (w.type == GemmType::Fp32) {
+    // fp32 weights (the reference precision): the GEMV, 8 rows at a time, for every row count.
+    const auto* x0 = static_cast<const float*>(x.data);
+    for (int64_t r0 = 0; r0 < m; r0 += kGemvMaxRows) {
+      const int64_t mc = std::min(kGemvMaxRows, m - r0);
+      if (!gemv_applies(GemmType::Fp32, x0 + r0 * ldx, ldx, stride_x, w.data, k, stride_w, mc, k))
+        fail("--batch-invariant: the GEMV does not take an fp32 product of k = ", k, " (rows of whole 16-byte vectors, aligned)");
+      gemv(GemmType::Fp32, x0 + r0 * ldx, ldx, stride_x, w.data, k, stride_w, y + r0 * ldy, ldy, stride_y, mc, rows, k,
+           groups, stream_);
+    }
+    return;
+  }
+  // bf16 and FP8 weights: the fixed-order tensor-core product (gemm_fixed_order.h), whose bits do not depend on m.
+  const auto* xb = static_cast<const __nv_bfloat16*>(x.data);
+  if (fixed_order_applies(w.type, xb, ldx, stride_x, w.data, k, stride_w, k)) {
+    fixed_order_product(w.type, xb, ldx, stride_x, w.data, k, stride_w, w.scales, w.scale_cols(),
+                        rows / kFp8Block * w.scale_cols(), y, ldy, stride_y, m, rows, k, groups, stream_);
+    return;
+  }
+  // FP8 weights with partial 128-blocks: this layer's bf16 copy, for every row count alike.
+  if (w.type == GemmType::Fp8) {
     auto* wb = scratch_.alloc<__nv_bfloat16>(w.rows * w.cols);
     dequantize_fp8(static_cast<const uint8_t*>(w.data), w.scales, w.rows, w.cols, wb, stream_);
-    weights = wb;
-    weight_type = GemmType::Bf16;
-  }
-  for (int64_t r0 = 0; r0 < m; r0 += kGemvMaxRows) {
-    const int64_t mc = std::min(kGemvMaxRows, m - r0);
-    const char* xc = x0 + static_cast<size_t>(r0 * ldx) * element;
-    float* yc = y + r0 * ldy;
-    if (weight_type == GemmType::Fp8) {
-      if (!gemv_fp8_applies(xc, ldx, stride_x, weights, k, stride_w, mc, k))
-        fail("--batch-invariant: the FP8 GEMV does not take a product of k = ", k, " (rows of whole 16-byte vectors, aligned)");
-      gemv_fp8(reinterpret_cast<const __nv_bfloat16*>(xc), ldx, stride_x, static_cast<const uint8_t*>(weights), k,
-               stride_w, w.scales, w.scale_cols(), rows / kFp8Block * w.scale_cols(), yc, ldy, stride_y, mc, rows, k,
-               groups, stream_);
-    } else {
-      if (!gemv_applies(weight_type, xc, ldx, stride_x, weights, k, stride_w, mc, k))
-        fail("--batch-invariant: the GEMV does not take a ", gemm_type_name(weight_type), " product of k = ", k,
-             " (rows of whole 16-byte vectors, aligned)");
-      gemv(weight_type, xc, ldx, stride_x, weights, k, stride_w, yc, ldy, stride_y, mc, rows, k, groups, stream_);
+    if (fixed_order_applies(GemmType::Bf16, xb, ldx, stride_x, wb, k, stride_w, k)) {
+      fixed_order_product(GemmType::Bf16, xb, ldx, stride_x, wb, k, stride_w, nullptr, 0, 0, y, ldy, stride_y, m, rows,
+                          k, groups, stream_);
+      return;
     }
   }
+  fail("--batch-invariant: the fixed-order product does not take a ", gemm_type_name(w.type), " product of k = ", k,
+       " (k a multiple of 16, rows of whole aligned 16-byte vectors)");
 }
 
 void CudaBackend::product(const Operand& x, int64_t m, const DeviceMatrix& w, float* y) {
@@ -141,7 +145,9 @@ std::vector<CudaBackend::Tensor> CudaBackend::linear_many(const Tensor& x, const
   const bool one_type = !d.empty() && std::all_of(d.begin(), d.end(), [&](const DeviceMatrix* m) {
     return m->type == d[0]->type && m->type != GemmType::Fp8 && m->cols == x.cols;
   });
-  if (one_type && x.rows <= kGemvMaxRows && static_cast<int64_t>(d.size()) <= kGemvMaxTargets) {
+  // (Not in batch-invariant mode for bf16: those products take the fixed-order kernels at every row count.)
+  const bool gemv_invariant = !invariant_ || (one_type && d[0]->type == GemmType::Fp32);
+  if (one_type && gemv_invariant && x.rows <= kGemvMaxRows && static_cast<int64_t>(d.size()) <= kGemvMaxTargets) {
     STRATA_TIMED_OP("linear_many");
     const Operand xin = operand(x.data, x.rows, x.cols, d[0]->type);
     std::vector<GemvTarget> targets;

@@ -180,7 +180,7 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
   return out;
 }
 
-// Batch-invariant experts: the device-grouped kernels (moe.h) for every step, in chunks of rows small enough for
+// Batch-invariant experts: the device-grouped kernels (moe.h; moe_mma.h for bf16 experts) for every step, in chunks of rows small enough for
 // one block's plan. Those kernels sum each (row, expert) pair over the hidden width in an order fixed by the widths
 // alone — not by how many pairs share the expert — and the combine adds a row's experts in ascending order, so a
 // row's output does not depend on the other rows of its step or of its chunk.
@@ -210,14 +210,24 @@ CudaBackend::Tensor CudaBackend::invariant_experts(const Tensor& x, const Routin
   void* h = gemm_operand(most * inter, grouped_in);
   float* routed = scratch_.alloc<float>(most * d);
   const auto limit = static_cast<float>(cfg.swiglu_limit);
+  // bf16 experts on tensor cores at every row count (moe_mma.h: a pair's sum is a chain of 16-column steps over the
+  // width, whatever the expert's other tokens), so prefill-sized steps are not held to the SIMT kernels' pace.
+  const bool mma = tables.type == GemmType::Bf16 && moe_mma_supported(d, inter);
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t rows = std::min(chunk, n - r0), pairs = rows * slots;
     plan.n_active = r0 == 0 ? routed_active_ + routed_experts_.size() - 1 : later_counts;
     moe_plan(routing.ids + r0 * k, routing.weights + r0 * k, rows, k, n_experts, tables.with_shared, plan, stream_);
     const int64_t max_active = std::min(planned, pairs);
-    moe_gate_up(tables.type, xg + static_cast<size_t>(r0) * row_bytes, plan, max_active, tables.w1, tables.w3,
-                tables.s1, tables.s3, d, inter, limit, h, stream_);
-    moe_down(tables.type, h, plan, max_active, tables.w2, tables.s2, inter, d, routed, stream_);
+    const void* xc = xg + static_cast<size_t>(r0) * row_bytes;
+    if (mma) {
+      moe_gate_up_mma(static_cast<const __nv_bfloat16*>(xc), plan, max_active, tables.w1, tables.w3, d, inter, limit,
+                      static_cast<__nv_bfloat16*>(h), stream_);
+      moe_down_mma(static_cast<const __nv_bfloat16*>(h), plan, max_active, tables.w2, inter, d, routed, stream_);
+    } else {
+      moe_gate_up(tables.type, xc, plan, max_active, tables.w1, tables.w3, tables.s1, tables.s3, d, inter, limit, h,
+                  stream_);
+      moe_down(tables.type, h, plan, max_active, tables.w2, tables.s2, inter, d, routed, stream_);
+    }
     moe_combine(shared ? shared + r0 * d : nullptr, routed, plan.slot, plan.slot_weight, out.data + r0 * d, rows, slots,
                 d, stream_);
   }
