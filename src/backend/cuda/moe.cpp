@@ -67,7 +67,6 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
   // One launch per projection over every routed (row, expert) pair, grouped by expert on the device; the per-expert
   // loop below is left for the shapes the grouped kernels do not take.
   const DeviceWeights::ExpertTables* tables = n_experts ? &weights_.experts(w) : nullptr;
-  if (invariant_ && tables && moe_grouped_supported(tables->type, d, inter)) return invariant_experts(x, routing, w, cfg);
   const int64_t slots = k + (tables && tables->with_shared);  // per row: its routed experts, then the shared one
   // The grouped kernels' operands: fp32 for fp32 weights, else bf16 (FP8 experts are weight-only there).
   const GemmType grouped_in = tables && tables->type == GemmType::Fp32 ? GemmType::Fp32 : GemmType::Bf16;
@@ -75,8 +74,12 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
   const int64_t max_tiles = moe_max_tiles(pairs, planned, kMoeGemmTileTokens);
   // Many tokens per expert (prefill, large batches): GEMM tiles over a plan of any size (moe_gemm.h). Else, up to
   // the single-block plan's size, the grouped kernels that stream each expert's weights once per step.
+  // Batch-invariant mode takes the tiles at every step where they apply: a pair's sum is a chain of 16-column
+  // tensor-core steps over the width, whatever tile it shares with other tokens (moe_gemm.h).
   const bool tiled = tables && moe_gemm_supported(tables->type, d, inter, max_tiles) &&
-                     moe_gemm_pays(tables->type, pairs, planned);
+                     (invariant_ || moe_gemm_pays(tables->type, pairs, planned));
+  if (invariant_ && !tiled && tables && moe_grouped_supported(tables->type, d, inter))
+    return invariant_experts(x, routing, w, cfg);
   const bool streamed = tables && pairs <= streamed_max_pairs(n_experts) && moe_grouped_supported(tables->type, d, inter);
   if (tiled || streamed) {
     MoePlan plan{scratch_.alloc<int32_t>(pairs),  scratch_.alloc<int32_t>(planned + 1),
@@ -180,8 +183,8 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
   return out;
 }
 
-// Batch-invariant experts: the device-grouped kernels (moe.h; moe_mma.h for bf16 experts) for every step, in chunks of rows small enough for
-// one block's plan. Those kernels sum each (row, expert) pair over the hidden width in an order fixed by the widths
+// Batch-invariant experts where the tiles (moe_gemm.h) do not apply: the device-grouped kernels (moe.h) for every
+// step, in chunks of rows small enough for one block's plan. Those kernels sum each (row, expert) pair over the hidden width in an order fixed by the widths
 // alone — not by how many pairs share the expert — and the combine adds a row's experts in ascending order, so a
 // row's output does not depend on the other rows of its step or of its chunk.
 CudaBackend::Tensor CudaBackend::invariant_experts(const Tensor& x, const Routing& routing, const MoeWeights& w,
@@ -210,24 +213,14 @@ CudaBackend::Tensor CudaBackend::invariant_experts(const Tensor& x, const Routin
   void* h = gemm_operand(most * inter, grouped_in);
   float* routed = scratch_.alloc<float>(most * d);
   const auto limit = static_cast<float>(cfg.swiglu_limit);
-  // bf16 experts on tensor cores at every row count (moe_mma.h: a pair's sum is a chain of 16-column steps over the
-  // width, whatever the expert's other tokens), so prefill-sized steps are not held to the SIMT kernels' pace.
-  const bool mma = tables.type == GemmType::Bf16 && moe_mma_supported(d, inter);
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t rows = std::min(chunk, n - r0), pairs = rows * slots;
     plan.n_active = r0 == 0 ? routed_active_ + routed_experts_.size() - 1 : later_counts;
     moe_plan(routing.ids + r0 * k, routing.weights + r0 * k, rows, k, n_experts, tables.with_shared, plan, stream_);
     const int64_t max_active = std::min(planned, pairs);
-    const void* xc = xg + static_cast<size_t>(r0) * row_bytes;
-    if (mma) {
-      moe_gate_up_mma(static_cast<const __nv_bfloat16*>(xc), plan, max_active, tables.w1, tables.w3, d, inter, limit,
-                      static_cast<__nv_bfloat16*>(h), stream_);
-      moe_down_mma(static_cast<const __nv_bfloat16*>(h), plan, max_active, tables.w2, inter, d, routed, stream_);
-    } else {
-      moe_gate_up(tables.type, xc, plan, max_active, tables.w1, tables.w3, tables.s1, tables.s3, d, inter, limit, h,
-                  stream_);
-      moe_down(tables.type, h, plan, max_active, tables.w2, tables.s2, inter, d, routed, stream_);
-    }
+    moe_gate_up(tables.type, xg + static_cast<size_t>(r0) * row_bytes, plan, max_active, tables.w1, tables.w3,
+                tables.s1, tables.s3, d, inter, limit, h, stream_);
+    moe_down(tables.type, h, plan, max_active, tables.w2, tables.s2, inter, d, routed, stream_);
     moe_combine(shared ? shared + r0 * d : nullptr, routed, plan.slot, plan.slot_weight, out.data + r0 * d, rows, slots,
                 d, stream_);
   }
