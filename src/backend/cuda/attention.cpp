@@ -38,8 +38,13 @@ CudaBackend::Tensor CudaBackend::sparse_attention(const Tensor& q, const Tensor&
                  max_keys, keys, key_count, stream_);
   Tensor out = tensor(n, heads * hd);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  if (invariant_) {
-    // Batch-invariant: the split kernel for every row count (each part sums a fixed run of a row's keys, and the
+  const bool mma = weights_.type() != GemmType::Fp32 && attention_mma_supported(hd);
+  if (invariant_ && mma) {
+    // Batch-invariant: the tensor-core kernel for every row count — one block per query row walks that row's keys
+    // in order, whatever the other rows (attention_mma.cu).
+    sparse_attention_mma(q.data, keys, key_count, max_keys, weights_.vec(sinks), out.data, n, heads, hd, scale, stream_);
+  } else if (invariant_) {
+    // Batch-invariant, fp32 or a head width the tensor-core kernel does not take: the split kernel for every row count (each part sums a fixed run of a row's keys, and the
     // merge adds the parts in order), kSplitKeysMaxRows rows at a time so its scratch stays a decode step's.
     float* split = scratch_.alloc<float>(attention_split_floats(std::min(n, kSplitKeysMaxRows), heads, hd, max_keys));
     for (int64_t r0 = 0; r0 < n; r0 += kSplitKeysMaxRows) {
@@ -47,7 +52,7 @@ CudaBackend::Tensor CudaBackend::sparse_attention(const Tensor& q, const Tensor&
       sparse_attention_split(q.data + r0 * q.cols, keys + r0 * max_keys, key_count + r0, max_keys, weights_.vec(sinks),
                              out.data + r0 * out.cols, rc, heads, hd, scale, split, stream_);
     }
-  } else if (n > kSplitKeysMaxRows && weights_.type() != GemmType::Fp32 && attention_mma_supported(hd))
+  } else if (n > kSplitKeysMaxRows && mma)
     sparse_attention_mma(q.data, keys, key_count, max_keys, weights_.vec(sinks), out.data, n, heads, hd, scale, stream_);
   else if (n <= kSplitKeysMaxRows)
     sparse_attention_split(q.data, keys, key_count, max_keys, weights_.vec(sinks), out.data, n, heads, hd, scale,

@@ -71,6 +71,63 @@ __device__ inline void fp8x16_to_bf16(const uint4& v, uint4* out) {
 constexpr int kFewWarps = 4;
 constexpr int kFewLd = kChunk + 8;  // staged row stride (elements): rows start in different banks
 
+// One chunk's operands in registers: 16 rows of x and 16 weight rows, 128 columns each (fewer in a last, shorter
+// chunk), every lane's share loaded before any is stored, so a warp keeps its whole chunk in flight.
+template <bool kFp8>
+struct ChunkLoads {
+  static constexpr int kW = kFp8 ? 4 : 8;  // 16-byte weight vectors per lane
+  uint4 x[8];
+  uint4 w[kW];
+};
+
+template <bool kFp8>
+__device__ inline void load_chunk(const Product& p, int64_t g, int64_t r0, int64_t n0, int64_t c, int lane,
+                                  ChunkLoads<kFp8>& t) {
+  const int64_t k0 = c * kChunk;
+  const int vectors = static_cast<int>(min(static_cast<int64_t>(kChunk), p.k - k0)) / 8;
+  const bf16* x = p.x + g * p.stride_x;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int idx = lane + 32 * i, r = idx / 16, v = idx % 16;
+    t.x[i] = make_uint4(0, 0, 0, 0);  // rows past m multiply as zeros; their outputs are dropped
+    if (r0 + r < p.m && v < vectors) t.x[i] = *reinterpret_cast<const uint4*>(x + (r0 + r) * p.ldx + k0 + v * 8);
+  }
+#pragma unroll
+  for (int i = 0; i < ChunkLoads<kFp8>::kW; ++i) {
+    t.w[i] = make_uint4(0, 0, 0, 0);
+    if constexpr (kFp8) {
+      const int idx = lane + 32 * i, r = idx / 8, v = idx % 8;
+      const auto* w = static_cast<const uint8_t*>(p.w) + g * p.stride_w;
+      if (n0 + r < p.n && 2 * v < vectors) t.w[i] = *reinterpret_cast<const uint4*>(w + (n0 + r) * p.ldw + k0 + v * 16);
+    } else {
+      const int idx = lane + 32 * i, r = idx / 16, v = idx % 16;
+      const bf16* w = static_cast<const bf16*>(p.w) + g * p.stride_w;
+      if (n0 + r < p.n && v < vectors) t.w[i] = *reinterpret_cast<const uint4*>(w + (n0 + r) * p.ldw + k0 + v * 8);
+    }
+  }
+}
+
+template <bool kFp8>
+__device__ inline void store_chunk(const ChunkLoads<kFp8>& t, int lane, bf16* xs, bf16* ws) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int idx = lane + 32 * i;
+    *reinterpret_cast<uint4*>(&xs[(idx / 16) * kFewLd + (idx % 16) * 8]) = t.x[i];
+  }
+#pragma unroll
+  for (int i = 0; i < ChunkLoads<kFp8>::kW; ++i) {
+    const int idx = lane + 32 * i;
+    if constexpr (kFp8) {
+      uint4 b[2];
+      fp8x16_to_bf16(t.w[i], b);
+      *reinterpret_cast<uint4*>(&ws[(idx / 8) * kFewLd + (idx % 8) * 16]) = b[0];
+      *reinterpret_cast<uint4*>(&ws[(idx / 8) * kFewLd + (idx % 8) * 16 + 8]) = b[1];
+    } else {
+      *reinterpret_cast<uint4*>(&ws[(idx / 16) * kFewLd + (idx % 16) * 8]) = t.w[i];
+    }
+  }
+}
+
 template <bool kFp8>
 __global__ void __launch_bounds__(kFewWarps * 32) few_rows_kernel(Product p) {
   const int64_t g = blockIdx.z, n0 = static_cast<int64_t>(blockIdx.x) * 16, r0 = static_cast<int64_t>(blockIdx.y) * 16;
@@ -78,42 +135,19 @@ __global__ void __launch_bounds__(kFewWarps * 32) few_rows_kernel(Product p) {
   __shared__ __align__(32) bf16 xs[kFewWarps][16 * kFewLd];
   __shared__ __align__(32) bf16 ws[kFewWarps][16 * kFewLd];
   __shared__ __align__(32) float part[kFewWarps][32 * Acc::num_elements];
-  const bf16* x = p.x + g * p.stride_x;
   const int64_t chunks = (p.k + kChunk - 1) / kChunk;
   Acc total;
   wmma::fill_fragment(total, 0.0f);
+  // Warp w takes chunks w, w + kFewWarps, …: the next one's loads are issued before the current one multiplies.
+  ChunkLoads<kFp8> loads;
+  if (warp < chunks) load_chunk<kFp8>(p, g, r0, n0, warp, lane, loads);
   for (int64_t c0 = 0; c0 < chunks; c0 += kFewWarps) {
     const int64_t c = c0 + warp;
     if (c < chunks) {
-      const int64_t k0 = c * kChunk;
-      const int width = static_cast<int>(min(static_cast<int64_t>(kChunk), p.k - k0));  // a multiple of 16
-      const int vectors = width / 8;  // bf16 16-byte vectors per staged row
-      for (int i = lane; i < 16 * vectors; i += 32) {
-        const int r = i / vectors, v = i % vectors;
-        uint4 value = make_uint4(0, 0, 0, 0);  // rows past m multiply as zeros; their outputs are dropped
-        if (r0 + r < p.m) value = *reinterpret_cast<const uint4*>(x + (r0 + r) * p.ldx + k0 + v * 8);
-        *reinterpret_cast<uint4*>(&xs[warp][r * kFewLd + v * 8]) = value;
-      }
-      if constexpr (kFp8) {
-        const auto* w = static_cast<const uint8_t*>(p.w) + g * p.stride_w;
-        const int codes = width / 16;  // 16-code vectors per weight row
-        for (int i = lane; i < 16 * codes; i += 32) {
-          const int r = i / codes, v = i % codes;
-          uint4 value[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-          if (n0 + r < p.n) fp8x16_to_bf16(*reinterpret_cast<const uint4*>(w + (n0 + r) * p.ldw + k0 + v * 16), value);
-          *reinterpret_cast<uint4*>(&ws[warp][r * kFewLd + v * 16]) = value[0];
-          *reinterpret_cast<uint4*>(&ws[warp][r * kFewLd + v * 16 + 8]) = value[1];
-        }
-      } else {
-        const bf16* w = static_cast<const bf16*>(p.w) + g * p.stride_w;
-        for (int i = lane; i < 16 * vectors; i += 32) {
-          const int r = i / vectors, v = i % vectors;
-          uint4 value = make_uint4(0, 0, 0, 0);
-          if (n0 + r < p.n) value = *reinterpret_cast<const uint4*>(w + (n0 + r) * p.ldw + k0 + v * 8);
-          *reinterpret_cast<uint4*>(&ws[warp][r * kFewLd + v * 8]) = value;
-        }
-      }
+      store_chunk<kFp8>(loads, lane, xs[warp], ws[warp]);
       __syncwarp();
+      if (c + kFewWarps < chunks) load_chunk<kFp8>(p, g, r0, n0, c + kFewWarps, lane, loads);
+      const int width = static_cast<int>(min(static_cast<int64_t>(kChunk), p.k - c * kChunk));  // a multiple of 16
       Acc partial;
       wmma::fill_fragment(partial, 0.0f);
       for (int kk = 0; kk < width; kk += 16) {
@@ -312,10 +346,10 @@ void fixed_order_product(GemmType weight_type, const bf16* x, int64_t ldx, int64
   const Product p{x, ldx, stride_x, w, ldw, stride_w, scales, scale_ld, scale_stride, y, ldy, stride_y, m, n, k};
   const bool fp8 = weight_type == GemmType::Fp8;
   const int64_t many_blocks = (n + kTile - 1) / kTile * ((m + kTile - 1) / kTile) * groups;
-  // Same bits either way; the tiled kernel once its tiles fill the GPU, the few-rows one (weights re-read per 16
-  // rows, but many blocks in flight) below that.
+  // Same bits either way. The few-rows kernel reads the weights once per 16 rows with many blocks in flight: the
+  // choice up to 64 rows, and for more while the tiled kernel would leave most SMs idle.
   if (kernel == FixedOrderKernel::Auto)
-    kernel = many_blocks >= multiprocessors() ? FixedOrderKernel::ManyRows : FixedOrderKernel::FewRows;
+    kernel = m > 64 && 4 * many_blocks >= multiprocessors() ? FixedOrderKernel::ManyRows : FixedOrderKernel::FewRows;
   if (kernel == FixedOrderKernel::ManyRows) {
     if ((m + kTile - 1) / kTile > 65535) fail("fixed-order product: ", m, " rows");
     const dim3 grid(static_cast<unsigned>((n + kTile - 1) / kTile), static_cast<unsigned>((m + kTile - 1) / kTile),
