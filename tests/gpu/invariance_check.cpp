@@ -7,7 +7,9 @@
 // at random steps, so a step holds prefill chunks and decode rows of different sequences together, at every
 // position in the batch; CUDA graphs on, as served. Every logits row of every mix must equal the solo row to the bit
 // (NaN never passes). The same mixes then run once without the mode and report how many rows differ there: the
-// check must be able to see what the mode removes. Exit status: 0 pass, 1 fail, 2 error.
+// check must be able to see what the mode removes. With the mode, the other paths a request can take (a prefix-cache
+// hit, a PD restore, speculative verification with rollback; run_paths) are checked against the same solo rows.
+// Exit status: 0 pass, 1 fail, 2 error.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +28,7 @@ namespace {
 
 constexpr int64_t kDecodeTokens = 4;
 constexpr int64_t kMaxPrompt = 600;
+constexpr int64_t kMaxDrafts = 3;
 
 struct Sequence {
   std::vector<int32_t> tokens;  // prompt, then the decode tokens
@@ -133,12 +136,167 @@ MixResult run_mixes(const Model& model, const std::vector<Sequence>& seqs, int m
   return r;
 }
 
+// The paths a request can take besides a cold colocated run, each with the mode on, every logits row it returns
+// against the sequence's solo row:
+//  - cache: a prefix-cache hit (exact mode): the prompt's whole blocks run in one state, then restored into another
+//    (boundary rows, blocks alternately shared in the pool and copied from host memory), the rest run batched
+//    with another sequence's cold prefill;
+//  - pd: prefill/decode disaggregation: the prefilled state's snapshot restored into a second pool (the decode
+//    replica's), the decode tokens run there;
+//  - spec: speculative verification: two sequences decode together in chunks of the next token and 1–3 drafts
+//    (each the true next token with probability 0.6, else a wrong one); the rows up to the first wrong draft are
+//    compared, then the state is rolled back to them (Model::rollback).
+struct PathResult {
+  int64_t rows = 0, differing = 0, runs = 0;
+};
+
+struct Paths {
+  PathResult cache, pd, spec;
+};
+
+int64_t compare_rows(const Mat& got, const Sequence& s, int64_t from, int64_t rows, int64_t vocab) {
+  int64_t d = 0;
+  for (int64_t r = 0; r < rows; ++r) d += !same_bits(got.row(r), s.logits.row(from + r), vocab);
+  return d;
+}
+
+Paths run_paths(const Model& model, const std::vector<Sequence>& seqs, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int64_t vocab = model.config().vocab_size, B = model.state_layout().block_tokens;
+  const int64_t per_seq = model.blocks_for_tokens(kMaxPrompt + kDecodeTokens);
+  model::StatePoolLimits limits;
+  limits.max_sequences = 8;
+  limits.blocks = 8 * per_seq;
+  model::StatePool pool(model, limits), decode_pool(model, limits);
+  Paths out;
+  auto tokens = [](const Sequence& s, int64_t a, int64_t b) {
+    return std::vector<int32_t>(s.tokens.begin() + a, s.tokens.begin() + b);
+  };
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const Sequence& s = seqs[i];
+    const Sequence& other = seqs[(i + 1) % seqs.size()];
+    const int64_t total = static_cast<int64_t>(s.tokens.size());
+    // Cache hit.
+    if (s.prompt > B) {
+      const int64_t P = (s.prompt - 1) / B * B;
+      SequenceState* a = pool.acquire();
+      if (!pool.reserve(*a, P)) throw std::runtime_error("the state pool could not reserve token blocks");
+      model.forward(tokens(s, 0, P), *a, false);
+      const std::string rows = model.boundary_rows(*a);
+      std::vector<std::vector<float>> host(a->blocks.size());
+      std::vector<Model::PrefixBlock> blocks;
+      for (size_t b = 0; b < a->blocks.size(); ++b) {
+        if (b % 2 == 0) {
+          blocks.push_back({a->blocks[b], nullptr});
+        } else {
+          host[b].resize(static_cast<size_t>(model.state_layout().block_floats));
+          model.read_block(*a, static_cast<int64_t>(b), host[b].data());
+          blocks.push_back({-1, host[b].data()});
+        }
+      }
+      SequenceState* c = pool.acquire();
+      SequenceState* n = pool.acquire();
+      model.restore_prefix(blocks, rows, *c);
+      pool.release(a);  // the shared blocks stay referenced by c
+      if (!pool.reserve(*c, s.prompt - P) || !pool.reserve(*n, other.prompt))
+        throw std::runtime_error("the state pool could not reserve token blocks");
+      std::vector<model::SequenceChunk> chunks = {{tokens(s, P, s.prompt), c, true}, {tokens(other, 0, other.prompt), n, true}};
+      const std::vector<Mat> first = model.forward_batch(chunks);
+      out.cache.differing += compare_rows(first[0], s, P, s.prompt - P, vocab);
+      out.cache.rows += s.prompt - P;
+      for (int64_t t = s.prompt; t < total; ++t) {
+        if (!pool.reserve(*c, 1)) throw std::runtime_error("the state pool could not reserve token blocks");
+        const Mat row = model.forward({s.tokens[static_cast<size_t>(t)]}, *c, true);
+        out.cache.differing += compare_rows(row, s, t, 1, vocab);
+        out.cache.rows += 1;
+      }
+      out.cache.runs += 1;
+      pool.release(c);
+      pool.release(n);
+    }
+    // Prefill/decode disaggregation.
+    {
+      SequenceState* a = pool.acquire();
+      if (!pool.reserve(*a, s.prompt)) throw std::runtime_error("the state pool could not reserve token blocks");
+      const Mat prefill = model.forward(tokens(s, 0, s.prompt), *a, true);
+      out.pd.differing += compare_rows(prefill, s, 0, s.prompt, vocab);
+      const std::string snapshot = model.snapshot(*a);
+      pool.release(a);
+      SequenceState* d = decode_pool.acquire();
+      model.restore(snapshot, *d);
+      for (int64_t t = s.prompt; t < total; ++t) {
+        if (!decode_pool.reserve(*d, 1)) throw std::runtime_error("the decode pool could not reserve token blocks");
+        const Mat row = model.forward({s.tokens[static_cast<size_t>(t)]}, *d, true);
+        out.pd.differing += compare_rows(row, s, t, 1, vocab);
+      }
+      out.pd.rows += total;
+      out.pd.runs += 1;
+      decode_pool.release(d);
+    }
+  }
+  // Speculative verification, two sequences at a time.
+  for (size_t i = 0; i + 1 < seqs.size(); i += 2) {
+    const Sequence* pair[2] = {&seqs[i], &seqs[i + 1]};
+    SequenceState* st[2] = {pool.acquire(), pool.acquire()};
+    int64_t at[2];
+    for (int j = 0; j < 2; ++j) {
+      // Prefill all but the prompt's last token; verification starts from it.
+      at[j] = pair[j]->prompt - 1;
+      if (at[j] > 0) {
+        if (!pool.reserve(*st[j], at[j])) throw std::runtime_error("the state pool could not reserve token blocks");
+        model.forward(tokens(*pair[j], 0, at[j]), *st[j], false);
+      }
+    }
+    for (;;) {
+      std::vector<model::SequenceChunk> chunks;
+      std::vector<int> who;
+      std::vector<int64_t> accepted;
+      for (int j = 0; j < 2; ++j) {
+        const Sequence& s = *pair[j];
+        const int64_t left = static_cast<int64_t>(s.tokens.size()) - at[j];
+        if (left <= 0) continue;
+        const int64_t drafts = std::min<int64_t>(left - 1, 1 + static_cast<int64_t>(rng() % 3));
+        std::vector<int32_t> chunk = {s.tokens[static_cast<size_t>(at[j])]};
+        int64_t good = 0;
+        bool wrong = false;
+        for (int64_t d = 1; d <= drafts; ++d) {
+          const int32_t truth = s.tokens[static_cast<size_t>(at[j] + d)];
+          const bool right = rng() % 10 < 6;
+          chunk.push_back(right ? truth : static_cast<int32_t>((truth + 1 + rng() % (vocab - 1)) % vocab));
+          if (!right) wrong = true;
+          if (!wrong) good += 1;
+        }
+        if (!pool.reserve(*st[j], static_cast<int64_t>(chunk.size())))
+          throw std::runtime_error("the state pool could not reserve token blocks");
+        chunks.push_back({chunk, st[j], true});
+        who.push_back(j);
+        accepted.push_back(good);
+      }
+      if (chunks.empty()) break;
+      const std::vector<Mat> got = model.forward_batch(chunks);
+      for (size_t c = 0; c < chunks.size(); ++c) {
+        const int j = who[c];
+        const int64_t keep = accepted[c] + 1;  // the fed token's row and the accepted drafts'
+        out.spec.differing += compare_rows(got[c], *pair[j], at[j], keep, vocab);
+        out.spec.rows += keep;
+        at[j] += keep;
+        if (static_cast<int64_t>(chunks[c].tokens.size()) > keep) model.rollback(*st[j], at[j]);
+      }
+    }
+    out.spec.runs += 1;
+    pool.release(st[0]);
+    pool.release(st[1]);
+  }
+  return out;
+}
+
 int failures = 0;
 
 void check(const std::string& dir, const std::string& name, Precision precision, int sequences, int mixes) {
   model::CudaSwitches invariant;
   invariant.batch_invariant = true;
-  const Model on = load_model(dir, Device::Cuda, precision, invariant);
+  // Rollback of up to kMaxDrafts tokens, for the speculative path.
+  const Model on = load_model(dir, Device::Cuda, precision, invariant, kMaxDrafts);
   std::mt19937_64 rng(20261207);
   const std::vector<Sequence> seqs = make_sequences(on, sequences, rng);
   const MixResult a = run_mixes(on, seqs, mixes, 7);
@@ -149,6 +307,15 @@ void check(const std::string& dir, const std::string& name, Precision precision,
               name.c_str(), precision_name(precision), mixes, sequences, static_cast<long long>(a.steps),
               static_cast<long long>(a.mixed_steps), static_cast<long long>(a.rows),
               static_cast<long long>(a.differing), ok ? "PASS" : "FAIL");
+  const Paths paths = run_paths(on, seqs, 11);
+  for (const auto& [path, r] : {std::pair{"prefix-cache hit", paths.cache}, std::pair{"PD restore", paths.pd},
+                                std::pair{"speculative verify", paths.spec}}) {
+    const bool path_ok = r.differing == 0 && r.rows > 0;
+    failures += !path_ok;
+    std::printf("%-14s %-4s --batch-invariant, %s: %lld runs, %lld logits rows, %lld differ from solo  %s\n",
+                name.c_str(), precision_name(precision), path, static_cast<long long>(r.runs),
+                static_cast<long long>(r.rows), static_cast<long long>(r.differing), path_ok ? "PASS" : "FAIL");
+  }
   // Without the mode (the solo runs too): the same kind of mixes, fewer, for what the mode changes.
   const Model off = load_model(dir, Device::Cuda, precision);
   std::mt19937_64 rng_off(20261207);
