@@ -555,18 +555,26 @@ void check_gemm_fp8(strata::cuda::Gemm& gemm, int64_t m, int64_t n, int64_t k) {
 
 // Weight-only FP8 products of decode size, single and grouped (`groups` products over column blocks of x and row
 // blocks of w, as the o-projection); with one group also the fallback's dequantization kernel.
+// The CPU's grouped product: x row t·groups + g is the group-g slice of token t, w [groups·n, k]; the result
+// [m, groups·n] keeps the matching blocks of the full product.
+std::vector<float> grouped_reference(const strata::Mat& x, const strata::WeightRef& w, int64_t m, int64_t n,
+                                     int64_t groups) {
+  const strata::Mat full = strata::cpu::linear(x, w);
+  std::vector<float> ref(static_cast<size_t>(m * groups * n));
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t j = 0; j < n; ++j)
+        ref[static_cast<size_t>(t * groups * n + g * n + j)] = full.at(t * groups + g, g * n + j);
+  return ref;
+}
+
 void check_gemv_fp8(int64_t m, int64_t n, int64_t k, int64_t groups) {
   const Fp8Weights w = random_fp8_weights(groups * n, k);
   std::vector<uint16_t> xh(static_cast<size_t>(m * groups * k));
   strata::Mat x(m * groups, k);  // row t·groups + g: the group-g slice of token t's activations
   const std::vector<float> xv = randn(xh.size());
   for (size_t i = 0; i < xh.size(); ++i) x.v[i] = strata::bf16_to_f32(xh[i] = strata::f32_to_bf16(xv[i]));
-  const strata::Mat full = strata::cpu::linear(x, w.ref);  // [m·groups, groups·n]: keep the matching blocks
-  std::vector<float> ref(static_cast<size_t>(m * groups * n));
-  for (int64_t t = 0; t < m; ++t)
-    for (int64_t g = 0; g < groups; ++g)
-      for (int64_t j = 0; j < n; ++j)
-        ref[static_cast<size_t>(t * groups * n + g * n + j)] = full.at(t * groups + g, g * n + j);
+  const std::vector<float> ref = grouped_reference(x, w.ref, m, n, groups);
   DeviceBuffer<uint16_t> dx(xh);
   DeviceBuffer<uint8_t> dw(w.codes);
   DeviceBuffer<float> dws(w.scales), dy(ref.size());
@@ -620,12 +628,7 @@ void check_fixed_order(int64_t m, int64_t n, int64_t k, int64_t groups, bool fp8
     for (size_t i = 0; i < wv.size(); ++i) wh[i] = strata::f32_to_bf16(wv[i]);
     ref_w = strata::WeightRef{strata::DType::BF16, reinterpret_cast<const uint8_t*>(wh.data()), groups * n, k};
   }
-  const strata::Mat full = strata::cpu::linear(x, ref_w);
-  std::vector<float> ref(static_cast<size_t>(m * groups * n));
-  for (int64_t t = 0; t < m; ++t)
-    for (int64_t g = 0; g < groups; ++g)
-      for (int64_t j = 0; j < n; ++j)
-        ref[static_cast<size_t>(t * groups * n + g * n + j)] = full.at(t * groups + g, g * n + j);
+  const std::vector<float> ref = grouped_reference(x, ref_w, m, n, groups);
   DeviceBuffer<uint16_t> dx(xh);
   DeviceBuffer<uint8_t> dw8(fp8 ? w8.codes : std::vector<uint8_t>(1));
   DeviceBuffer<uint16_t> dwb(fp8 ? std::vector<uint16_t>(8) : wh);

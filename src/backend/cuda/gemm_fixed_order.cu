@@ -15,6 +15,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_properties.h"
 #include "backend/cuda/gemm_element.cuh"
 #include "backend/cuda/gemm_fixed_order.h"
 #include "core/error.h"
@@ -191,16 +192,22 @@ struct TileLoads {
   uint4 w[kFp8 ? 1 : 2];
 };
 
-template <bool kFp8>
-__device__ inline void load_tile(const Product& p, int64_t g, int64_t m0, int64_t n0, int64_t k0, TileLoads<kFp8>& t) {
-  const bf16* x = p.x + g * p.stride_x;
+// A thread's two 16-byte vectors of a 128-row × 32-column bf16 tile: rows row0 .. row0+127 (zeros from `rows`
+// on), columns k0 .. k0+31 (zeros from k on).
+__device__ inline void load_bf16_rows(const bf16* a, int64_t ld, int64_t row0, int64_t rows, int64_t k0, int64_t k,
+                                      uint4* out) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int idx = threadIdx.x + i * kManyWarps * 32, r = idx / 4, v = idx % 4;
     const int64_t col = k0 + v * 8;
-    t.x[i] = make_uint4(0, 0, 0, 0);
-    if (m0 + r < p.m && col < p.k) t.x[i] = *reinterpret_cast<const uint4*>(x + (m0 + r) * p.ldx + col);
+    out[i] = make_uint4(0, 0, 0, 0);
+    if (row0 + r < rows && col < k) out[i] = *reinterpret_cast<const uint4*>(a + (row0 + r) * ld + col);
   }
+}
+
+template <bool kFp8>
+__device__ inline void load_tile(const Product& p, int64_t g, int64_t m0, int64_t n0, int64_t k0, TileLoads<kFp8>& t) {
+  load_bf16_rows(p.x + g * p.stride_x, p.ldx, m0, p.m, k0, p.k, t.x);
   if constexpr (kFp8) {
     const auto* w = static_cast<const uint8_t*>(p.w) + g * p.stride_w;
     const int r = threadIdx.x / 2, v = threadIdx.x % 2;
@@ -208,14 +215,7 @@ __device__ inline void load_tile(const Product& p, int64_t g, int64_t m0, int64_
     t.w[0] = make_uint4(0, 0, 0, 0);
     if (n0 + r < p.n && col < p.k) t.w[0] = *reinterpret_cast<const uint4*>(w + (n0 + r) * p.ldw + col);
   } else {
-    const bf16* w = static_cast<const bf16*>(p.w) + g * p.stride_w;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int idx = threadIdx.x + i * kManyWarps * 32, r = idx / 4, v = idx % 4;
-      const int64_t col = k0 + v * 8;
-      t.w[i] = make_uint4(0, 0, 0, 0);
-      if (n0 + r < p.n && col < p.k) t.w[i] = *reinterpret_cast<const uint4*>(w + (n0 + r) * p.ldw + col);
-    }
+    load_bf16_rows(static_cast<const bf16*>(p.w) + g * p.stride_w, p.ldw, n0, p.n, k0, p.k, t.w);
   }
 }
 
@@ -312,16 +312,6 @@ __global__ void __launch_bounds__(kManyWarps * 32, 1) many_rows_kernel(Product p
 static_assert(sizeof(bf16) * kTile * kManyLd >= sizeof(float) * 256 * kManyWarps, "the epilogue tiles fit in xs[0]");
 
 bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-int multiprocessors() {
-  static const int count = [] {
-    int device = 0, sms = 0;
-    STRATA_CUDA_CHECK(cudaGetDevice(&device));
-    STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return sms;
-  }();
-  return count;
-}
 
 }  // namespace
 

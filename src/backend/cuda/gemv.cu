@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_properties.h"
 #include "backend/cuda/gemm_element.cuh"
 #include "backend/cuda/gemv.h"
 
@@ -29,16 +30,6 @@ constexpr int kBlockWarps = 4;  // small blocks: a narrow matrix's few tiles sti
 // budget and spills.
 template <typename T, int M>
 constexpr int kInFlight = sizeof(T) == 2 ? 16 : M < 4 ? 8 : 4;
-
-int multiprocessors() {
-  static const int count = [] {
-    int device = 0, sms = 0;
-    STRATA_CUDA_CHECK(cudaGetDevice(&device));
-    STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return sms;
-  }();
-  return count;
-}
 
 // The weight rows of one tile and where their outputs go: rows row .. row + R - 1 of a matrix of n rows.
 template <typename T>
