@@ -20,7 +20,6 @@ namespace strata::test::invariance {
 using model::SequenceState;
 using model::v4::Model;
 
-
 constexpr int64_t kDecodeTokens = 4;
 constexpr int64_t kMaxDrafts = 3;  // the speculative path's; the model needs max_rollback ≥ this
 
@@ -56,6 +55,11 @@ inline std::vector<Sequence> make_sequences(const Model& solo, int count, int64_
     out.push_back(std::move(s));
   }
   return out;
+}
+
+// Blocks for `tokens` more tokens of `state`, or an error naming the pool (`what`).
+inline void reserve(model::StatePool& pool, SequenceState& state, int64_t tokens, const char* what = "state pool") {
+  if (!pool.reserve(state, tokens)) throw std::runtime_error(std::string("the ") + what + " could not reserve token blocks");
 }
 
 inline int64_t longest_sequence(const std::vector<Sequence>& seqs) {
@@ -111,7 +115,7 @@ inline MixResult run_mixes(const Model& model, const std::vector<Sequence>& seqs
         } else {
           decode = true;
         }
-        if (!pool.reserve(*states[i], n)) throw std::runtime_error("the state pool could not reserve token blocks");
+        reserve(pool, *states[i], n);
         chunks.push_back({{s.tokens.begin() + at[i], s.tokens.begin() + at[i] + n}, states[i], true});
         who.push_back(i);
         from.push_back(at[i]);
@@ -182,7 +186,7 @@ inline Paths run_paths(const Model& model, const std::vector<Sequence>& seqs, ui
     if (s.prompt > B) {
       const int64_t P = (s.prompt - 1) / B * B;
       SequenceState* a = pool.acquire();
-      if (!pool.reserve(*a, P)) throw std::runtime_error("the state pool could not reserve token blocks");
+      reserve(pool, *a, P);
       model.forward(tokens(s, 0, P), *a, false);
       const std::string rows = model.boundary_rows(*a);
       std::vector<std::vector<float>> host(a->blocks.size());
@@ -200,14 +204,14 @@ inline Paths run_paths(const Model& model, const std::vector<Sequence>& seqs, ui
       SequenceState* n = pool.acquire();
       model.restore_prefix(blocks, rows, *c);
       pool.release(a);  // the shared blocks stay referenced by c
-      if (!pool.reserve(*c, s.prompt - P) || !pool.reserve(*n, other.prompt))
-        throw std::runtime_error("the state pool could not reserve token blocks");
+      reserve(pool, *c, s.prompt - P);
+      reserve(pool, *n, other.prompt);
       std::vector<model::SequenceChunk> chunks = {{tokens(s, P, s.prompt), c, true}, {tokens(other, 0, other.prompt), n, true}};
       const std::vector<Mat> first = model.forward_batch(chunks);
       out.cache.differing += compare_rows(first[0], s, P, s.prompt - P, vocab);
       out.cache.rows += s.prompt - P;
       for (int64_t t = s.prompt; t < total; ++t) {
-        if (!pool.reserve(*c, 1)) throw std::runtime_error("the state pool could not reserve token blocks");
+        reserve(pool, *c, 1);
         const Mat row = model.forward({s.tokens[static_cast<size_t>(t)]}, *c, true);
         out.cache.differing += compare_rows(row, s, t, 1, vocab);
         out.cache.rows += 1;
@@ -219,7 +223,7 @@ inline Paths run_paths(const Model& model, const std::vector<Sequence>& seqs, ui
     // Prefill/decode disaggregation.
     {
       SequenceState* a = pool.acquire();
-      if (!pool.reserve(*a, s.prompt)) throw std::runtime_error("the state pool could not reserve token blocks");
+      reserve(pool, *a, s.prompt);
       const Mat prefill = model.forward(tokens(s, 0, s.prompt), *a, true);
       out.pd.differing += compare_rows(prefill, s, 0, s.prompt, vocab);
       const std::string snapshot = model.snapshot(*a);
@@ -227,7 +231,7 @@ inline Paths run_paths(const Model& model, const std::vector<Sequence>& seqs, ui
       SequenceState* d = decode_pool.acquire();
       model.restore(snapshot, *d);
       for (int64_t t = s.prompt; t < total; ++t) {
-        if (!decode_pool.reserve(*d, 1)) throw std::runtime_error("the decode pool could not reserve token blocks");
+        reserve(decode_pool, *d, 1, "decode pool");
         const Mat row = model.forward({s.tokens[static_cast<size_t>(t)]}, *d, true);
         out.pd.differing += compare_rows(row, s, t, 1, vocab);
       }
@@ -245,7 +249,7 @@ inline Paths run_paths(const Model& model, const std::vector<Sequence>& seqs, ui
       // Prefill all but the prompt's last token; verification starts from it.
       at[j] = pair[j]->prompt - 1;
       if (at[j] > 0) {
-        if (!pool.reserve(*st[j], at[j])) throw std::runtime_error("the state pool could not reserve token blocks");
+        reserve(pool, *st[j], at[j]);
         model.forward(tokens(*pair[j], 0, at[j]), *st[j], false);
       }
     }
@@ -268,8 +272,7 @@ inline Paths run_paths(const Model& model, const std::vector<Sequence>& seqs, ui
           if (!right) wrong = true;
           if (!wrong) good += 1;
         }
-        if (!pool.reserve(*st[j], static_cast<int64_t>(chunk.size())))
-          throw std::runtime_error("the state pool could not reserve token blocks");
+        reserve(pool, *st[j], static_cast<int64_t>(chunk.size()));
         chunks.push_back({chunk, st[j], true});
         who.push_back(j);
         accepted.push_back(good);

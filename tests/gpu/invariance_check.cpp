@@ -12,11 +12,8 @@
 // Exit status: 0 pass, 1 fail, 2 error.
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <random>
-#include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "invariance_mixes.h"
 #include "model/deepseek_v4/model.h"

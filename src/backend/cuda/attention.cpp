@@ -44,8 +44,9 @@ CudaBackend::Tensor CudaBackend::sparse_attention(const Tensor& q, const Tensor&
     // in order, whatever the other rows (attention_mma.cu).
     sparse_attention_mma(q.data, keys, key_count, max_keys, weights_.vec(sinks), out.data, n, heads, hd, scale, stream_);
   } else if (invariant_) {
-    // Batch-invariant, fp32 or a head width the tensor-core kernel does not take: the split kernel for every row count (each part sums a fixed run of a row's keys, and the
-    // merge adds the parts in order), kSplitKeysMaxRows rows at a time so its scratch stays a decode step's.
+    // Batch-invariant, fp32 or a head width the tensor-core kernel does not take: the split kernel for every row
+    // count (each part sums a fixed run of a row's keys, and the merge adds the parts in order), kSplitKeysMaxRows
+    // rows at a time so its scratch stays a decode step's.
     float* split = scratch_.alloc<float>(attention_split_floats(std::min(n, kSplitKeysMaxRows), heads, hd, max_keys));
     for (int64_t r0 = 0; r0 < n; r0 += kSplitKeysMaxRows) {
       const int64_t rc = std::min(kSplitKeysMaxRows, n - r0);

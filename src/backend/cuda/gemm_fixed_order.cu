@@ -12,8 +12,6 @@
 // shared memory (the next tile's loads in registers while the current one multiplies), a chunk folded every four.
 #include <mma.h>
 
-#include <algorithm>
-
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_properties.h"
 #include "backend/cuda/gemm_element.cuh"

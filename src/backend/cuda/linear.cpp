@@ -145,9 +145,9 @@ std::vector<CudaBackend::Tensor> CudaBackend::linear_many(const Tensor& x, const
   const bool one_type = !d.empty() && std::all_of(d.begin(), d.end(), [&](const DeviceMatrix* m) {
     return m->type == d[0]->type && m->type != GemmType::Fp8 && m->cols == x.cols;
   });
-  // (Not in batch-invariant mode for bf16: those products take the fixed-order kernels at every row count.)
-  const bool gemv_invariant = !invariant_ || (one_type && d[0]->type == GemmType::Fp32);
-  if (one_type && gemv_invariant && x.rows <= kGemvMaxRows && static_cast<int64_t>(d.size()) <= kGemvMaxTargets) {
+  // Batch-invariant mode keeps it for fp32 only: bf16 products take the fixed-order kernels at every row count.
+  if (one_type && (!invariant_ || d[0]->type == GemmType::Fp32) && x.rows <= kGemvMaxRows &&
+      static_cast<int64_t>(d.size()) <= kGemvMaxTargets) {
     STRATA_TIMED_OP("linear_many");
     const Operand xin = operand(x.data, x.rows, x.cols, d[0]->type);
     std::vector<GemvTarget> targets;

@@ -184,9 +184,9 @@ CudaBackend::Tensor CudaBackend::experts(const Tensor& x, const Routing& routing
 }
 
 // Batch-invariant experts where the tiles (moe_gemm.h) do not apply: the device-grouped kernels (moe.h) for every
-// step, in chunks of rows small enough for one block's plan. Those kernels sum each (row, expert) pair over the hidden width in an order fixed by the widths
-// alone — not by how many pairs share the expert — and the combine adds a row's experts in ascending order, so a
-// row's output does not depend on the other rows of its step or of its chunk.
+// step, in chunks of rows small enough for one block's plan. Those kernels sum each (row, expert) pair over the
+// hidden width in an order fixed by the widths alone — not by how many pairs share the expert — and the combine adds
+// a row's experts in ascending order, so a row's output does not depend on the other rows of its step or chunk.
 CudaBackend::Tensor CudaBackend::invariant_experts(const Tensor& x, const Routing& routing, const MoeWeights& w,
                                                    const ModelConfig& cfg) {
   const int64_t n = x.rows, d = x.cols, k = routing.k;
