@@ -30,6 +30,9 @@ struct WeightRef {
   const float* block_scales = nullptr;
   int64_t block_rows = 128, block_cols = 128;
   int64_t scale_row_offset = 0;  // a row slice of a larger FP8 matrix indexes the parent's scale blocks
+  // DeepSeek's code keeps this product in fp32 (its parameter is fp32 there, bf16 in the checkpoint): the
+  // compressors' projections, the router and the vocabulary head. Only `--precision official` reads it.
+  bool fp32_product = false;
 
   int64_t row_bytes() const { return dtype == DType::F4_E2M1X2 ? cols / 2 : cols * static_cast<int64_t>(dtype_size(dtype)); }
   // Rows [r0, r0 + n) as a matrix of their own (no copy).

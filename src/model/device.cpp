@@ -19,11 +19,18 @@ Precision parse_precision(const std::string& name) {
   if (name == "bf16") return Precision::Bf16;
   if (name == "fp32") return Precision::Fp32;
   if (name == "fp8") return Precision::Fp8;
-  fail("unknown precision '", name, "' (expected bf16, fp32 or fp8)");
+  if (name == "official") return Precision::Official;
+  fail("unknown precision '", name, "' (expected bf16, fp32, fp8 or official)");
 }
 
 const char* precision_name(Precision p) {
-  return p == Precision::Fp32 ? "fp32" : p == Precision::Fp8 ? "fp8" : "bf16";
+  switch (p) {
+    case Precision::Fp32: return "fp32";
+    case Precision::Fp8: return "fp8";
+    case Precision::Official: return "official";
+    case Precision::Bf16: break;
+  }
+  return "bf16";
 }
 
 bool cuda_available() {

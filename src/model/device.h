@@ -12,8 +12,11 @@ enum class Device { Cpu, Cuda };
 // top-k, the router's top-k) sits on a near-tie that bf16 rounding would flip. Fp8: matrices the checkpoint stores
 // as e4m3 with 128×128 block scales stay so on the device (half the bytes of bf16); prefill-sized products quantize
 // their activations per row and 128 columns to e4m3 (DeepSeek's recipe), decode-sized ones dequantize the weights
-// in registers against bf16 activations; every other matrix is bf16. The CPU backend is always fp32.
-enum class Precision { Bf16, Fp32, Fp8 };
+// in registers against bf16 activations; every other matrix is bf16. The CPU backend computes these three in fp32.
+// Official: DeepSeek's own numerics (docs/official_numerics.md): activations held in bf16 between ops, quantized to
+// FP8 in 1×128 blocks with power-of-two scales before every FP8/FP4 product, FP8 KV entries, FP4 indexer queries
+// and keys — emulated on the CPU backend; the CUDA backend does not run it yet.
+enum class Precision { Bf16, Fp32, Fp8, Official };
 // Switches of the CUDA backend, set by flags (--cuda-graphs, --cuda-op-times, --batch-invariant), never by the environment.
 struct CudaSwitches {
   bool graphs = true;     // decode steps recorded once and replayed as CUDA graphs (step_graphs.h)
@@ -23,7 +26,7 @@ struct CudaSwitches {
   // in any batch, at any place in it, and prefilled in any chunks. The CPU backend always is.
   bool batch_invariant = false;
 };
-Precision parse_precision(const std::string& name);  // "bf16", "fp32" or "fp8"
+Precision parse_precision(const std::string& name);  // "bf16", "fp32", "fp8" or "official"
 const char* precision_name(Precision p);
 // "cpu" or "cuda"; anything else is an error naming the value. "cuda" in a build without CUDA is an error too.
 Device parse_device(const std::string& name);

@@ -13,6 +13,7 @@ using namespace model::v4;
 
 Mat CpuBackend::sparse_attention(const Mat& q, const Mat& kv, const std::vector<float>& sinks, AttentionKeys keys_kind,
                                  const Picks& picks, const Step& step, int64_t layer, const ModelConfig& cfg) const {
+  if (official_) return official_attention(q, kv, sinks, keys_kind, picks, step, layer, cfg);
   const int64_t n = q.rows, heads = cfg.num_attention_heads, hd = cfg.head_dim, window = cfg.sliding_window;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   Mat out(n, heads * hd);

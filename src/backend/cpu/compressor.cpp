@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/official_numerics.h"
 #include "backend/cpu/ops.h"
 
 namespace strata::cpu {
@@ -59,11 +60,24 @@ void CpuBackend::compress(const CompressorWeights& w, const Mat& kv, const Mat& 
         for (int64_t j = 0; j < n; ++j) acc += values[j] * logits[j];
         entry[ch] = acc;
       }
+      if (official_) official::round_bf16(entry.data(), dim);  // DeepSeek: the fp32 pooling, then bf16
       rms_norm(entry.data(), dim, w.norm.data(), eps);
+      if (official_) official::round_bf16(entry.data(), dim);
       // The entry's RoPE position is its window's first token.
       std::vector<float> cos(static_cast<size_t>(rope_half)), sin(static_cast<size_t>(rope_half));
       rope.cos_sin(start, cos.data(), sin.data());
       rope_interleaved(entry.data() + dim - 2 * rope_half, rope_half, cos.data(), sin.data(), false);
+      if (official_) {
+        // The stored form: the indexer's keys rotated and through FP4 (1×32), the attention's non-RoPE dims
+        // through FP8 (1×64), as DeepSeek's Compressor leaves them.
+        official::round_bf16(entry.data(), dim);
+        if (slot == CompressorSlot::Indexer) {
+          official::hadamard_bf16(entry.data(), dim);
+          official::fake_fp4(entry.data(), dim);
+        } else {
+          official::fake_fp8(entry.data(), dim - 2 * rope_half, 64, kv_fp8_rounds_);
+        }
+      }
       float* dst = st.entry(cl, window);
       std::copy(entry.begin(), entry.end(), dst);
     }

@@ -16,8 +16,18 @@
 
 namespace strata::cpu {
 
+// Reference: every activation in fp32 (the backend's own readable numbers). Official: DeepSeek's numerics
+// (official_numerics.h): bf16 activations between ops and its quantization steps, emulated exactly.
+enum class Numerics { Reference, Official };
+
 class CpuBackend {
  public:
+  // `kv_fp8_rounds` (Official only): whether a KV entry's non-RoPE dims really round through FP8 (DeepSeek's
+  // TileLang kernel) or only through bf16 (its other kernel version, where the step is a no-op).
+  explicit CpuBackend(Numerics numerics = Numerics::Reference, bool kv_fp8_rounds = true)
+      : official_(numerics == Numerics::Official), kv_fp8_rounds_(kv_fp8_rounds) {}
+  bool official() const { return official_; }
+
   using Tensor = Mat;
   struct Mix {
     int64_t hc = 0;
@@ -83,6 +93,9 @@ class CpuBackend {
   }
   // y[:, g·rank + o] = x[:, g·in + …] · w[g·rank + o, :]ᵀ for each of `groups` column groups of x (in = cols/groups).
   Mat grouped_linear(const Mat& x, const WeightRef& w, int64_t groups) const;
+  // The form a KV row is kept in, before attention reads it (the sliding window's rows; the compressors do theirs):
+  // Official numerics pass its non-RoPE dims through FP8 in 1×64 blocks; the reference keeps fp32.
+  void quantize_kv_rows(Mat& kv, int64_t rope_dims) const;
   // Norms and RoPE: norm_rope.cpp.
   void rms_norm_rows(Mat& x, const std::vector<float>* weight, double eps) const;
   // Unweighted RMSNorm of every head_dim-wide slice of every row.
@@ -135,9 +148,22 @@ class CpuBackend {
  private:
   // expert: moe.cpp; cos_sin: norm_rope.cpp.
   // SwiGLU expert with V4's clamp: silu(min(gate, L)) · clamp(up, −L, L).
-  Mat expert(const model::v4::ExpertWeights& w, const Mat& x, double limit) const;
+  // Official numerics apply each row's route weight (`row_weights`, or none) before w2, as DeepSeek's code does.
+  Mat expert(const model::v4::ExpertWeights& w, const Mat& x, double limit,
+             const std::vector<float>* row_weights = nullptr) const;
   const std::vector<float>& cos_sin(const model::v4::RopeTable& table, const model::v4::Step& step, bool sin);
 
+  // Official attention and indexer (official_attention.cpp): DeepSeek's sparse_attn and index scores.
+  Mat official_attention(const Mat& q, const Mat& kv, const std::vector<float>& sinks, model::v4::AttentionKeys keys,
+                         const Picks& picks, const model::v4::Step& step, int64_t layer,
+                         const model::ModelConfig& cfg) const;
+  Picks official_indexer_topk(const Mat& q, const Mat& head_weights, const model::v4::Step& step, int64_t layer,
+                              const model::ModelConfig& cfg) const;
+  Mat product(const Mat& x, const WeightRef& w) const;  // linear() in the backend's numerics
+  Mat official_experts(const Mat& x, const Routing& routing, const model::v4::MoeWeights& w,
+                       const model::ModelConfig& cfg) const;  // moe.cpp
+
+  bool official_ = false, kv_fp8_rounds_ = true;
   std::map<const model::v4::RopeTable*, std::pair<std::vector<float>, std::vector<float>>> rope_rows_;
   mutable std::vector<int64_t> routed_experts_;
 };

@@ -14,6 +14,7 @@ using namespace model::v4;
 
 CpuBackend::Picks CpuBackend::indexer_topk(const Mat& q, const Mat& head_w, const Step& step, int64_t layer,
                                            const ModelConfig& cfg) const {
+  if (official_) return official_indexer_topk(q, head_w, step, layer, cfg);
   const int64_t n_heads = cfg.index_n_heads, hd = cfg.index_head_dim;
   const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float weights_scale = 1.0f / std::sqrt(static_cast<float>(n_heads));

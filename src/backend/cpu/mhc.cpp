@@ -3,12 +3,32 @@
 
 #include <algorithm>
 
+#include "backend/cpu/official_numerics.h"
 #include "backend/cpu/ops.h"
 
 namespace strata::cpu {
 
 using model::ModelConfig;
 using namespace model::v4;
+
+namespace {
+
+// The mixing logits of one row's streams: the reference normalises the streams first (RMSNorm over all hc·d),
+// DeepSeek's code multiplies the logits by the rsqrt afterwards, (x · fnᵀ) · rsqrt(mean(x²) + eps).
+void mixes_of(const float* streams, const float* fn, int64_t width, int64_t count, double eps, bool official,
+              float* flat, float* mix) {
+  std::copy(streams, streams + width, flat);
+  if (!official) {
+    rms_norm(flat, width, nullptr, eps);
+    dot_rows(flat, fn, width, count, width, mix);
+    return;
+  }
+  const float r = 1.0f / std::sqrt(dot(flat, flat, width) / static_cast<float>(width) + static_cast<float>(eps));
+  dot_rows(flat, fn, width, count, width, mix);
+  for (int64_t i = 0; i < count; ++i) mix[i] *= r;
+}
+
+}  // namespace
 
 CpuBackend::Mix CpuBackend::hc_pre(const HyperConnectionWeights& w, const Mat& streams, Mat& collapsed,
                                    const ModelConfig& cfg) const {
@@ -25,9 +45,7 @@ CpuBackend::Mix CpuBackend::hc_pre(const HyperConnectionWeights& w, const Mat& s
     std::vector<const float*> stream_rows(static_cast<size_t>(hc));
 #pragma omp for schedule(static)
     for (int64_t s = 0; s < n; ++s) {
-      std::copy(streams.row(s), streams.row(s) + hc * d, flat.begin());
-      rms_norm(flat.data(), hc * d, nullptr, cfg.rms_norm_eps);
-      dot_rows(flat.data(), w.fn.data(), hc * d, mix_n, hc * d, mix.data());
+      mixes_of(streams.row(s), w.fn.data(), hc * d, mix_n, cfg.rms_norm_eps, official_, flat.data(), mix.data());
       for (int64_t h = 0; h < hc; ++h) {
         pre[h] = sigmoid(mix[h] * w.scale[0] + w.base[h]) + eps;
         m.post[s * hc + h] = 2.0f * sigmoid(mix[hc + h] * w.scale[1] + w.base[hc + h]);
@@ -44,6 +62,7 @@ CpuBackend::Mix CpuBackend::hc_pre(const HyperConnectionWeights& w, const Mat& s
       accumulate_rows(collapsed.row(s), pre.data(), stream_rows.data(), hc, d);
     }
   }
+  if (official_) official::round_bf16(collapsed);  // DeepSeek: Σ pre · x in fp32, then the bf16 block input
   return m;
 }
 
@@ -68,6 +87,7 @@ void CpuBackend::hc_post(const Mix& m, const Mat& block_out, Mat& streams) const
         const float post = m.post[s * hc + k];
         for (int64_t e = 0; e < d; ++e) x[k * d + e] = post * out[e] + mixed[e];
       }
+      if (official_) official::round_bf16(x, hc * d);  // the residual streams are bf16 in DeepSeek's code
     }
   }
 }
@@ -84,16 +104,15 @@ Mat CpuBackend::hyper_head(const std::vector<float>& fn, const std::vector<float
   Mat y(static_cast<int64_t>(rows.size()), d);
   for (size_t r = 0; r < rows.size(); ++r) {
     const int64_t s = rows[r];
-    std::vector<float> flat(streams.row(s), streams.row(s) + hc * d);
-    rms_norm(flat.data(), hc * d, nullptr, cfg.rms_norm_eps);
+    std::vector<float> flat(static_cast<size_t>(hc * d)), mix(static_cast<size_t>(hc));
+    mixes_of(streams.row(s), fn.data(), hc * d, hc, cfg.rms_norm_eps, official_, flat.data(), mix.data());
     float* out = y.row(static_cast<int64_t>(r));
-    std::vector<float> mix(static_cast<size_t>(hc));
-    dot_rows(flat.data(), fn.data(), hc * d, hc, hc * d, mix.data());
     for (int64_t h = 0; h < hc; ++h) {
       const float pre = sigmoid(mix[h] * scale[0] + base[h]) + static_cast<float>(cfg.hc_eps);
       for (int64_t c = 0; c < d; ++c) out[c] += pre * streams.at(s, h * d + c);
     }
   }
+  if (official_) official::round_bf16(y);
   return y;
 }
 
@@ -103,6 +122,7 @@ Mat CpuBackend::join_streams(const Mat& per_stream, const Mat& shared, int64_t h
   for (int64_t r = 0; r < shared.rows; ++r)
     for (int64_t k = 0; k < hc; ++k)
       for (int64_t j = 0; j < d; ++j) out.at(r, k * d + j) = per_stream.at(r * hc + k, j) + shared.at(r, j);
+  if (official_) official::round_bf16(out);  // e_proj(e) + h_proj(h): a sum of two bf16 tensors
   return out;
 }
 

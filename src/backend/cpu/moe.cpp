@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/cpu/official_numerics.h"
 #include "backend/cpu/ops.h"
 
 namespace strata::cpu {
@@ -13,12 +14,17 @@ using model::ModelConfig;
 using model::ScoringFunc;
 using namespace model::v4;
 
-Mat CpuBackend::expert(const ExpertWeights& w, const Mat& x, double limit_d) const {
-  Mat g = cpu::linear(x, w.w1);
-  const Mat u = cpu::linear(x, w.w3);
+Mat CpuBackend::expert(const ExpertWeights& w, const Mat& x, double limit_d,
+                       const std::vector<float>* row_weights) const {
+  Mat g = product(x, w.w1);
+  const Mat u = product(x, w.w3);
   const float limit = static_cast<float>(limit_d);
   for (size_t i = 0; i < g.v.size(); ++i) g.v[i] = silu(std::min(g.v[i], limit)) * std::clamp(u.v[i], -limit, limit);
-  return cpu::linear(g, w.w2);
+  if (row_weights)
+    for (int64_t r = 0; r < g.rows; ++r)
+      for (int64_t c = 0; c < g.cols; ++c) g.at(r, c) *= (*row_weights)[static_cast<size_t>(r)];
+  if (official_) official::round_bf16(g);  // w2's input is bf16 in DeepSeek's code
+  return product(g, w.w2);
 }
 
 CpuBackend::Routing CpuBackend::route(Mat scores, const MoeWeights& w, const std::vector<int32_t>& tokens,
@@ -61,12 +67,42 @@ CpuBackend::Routing CpuBackend::route(Mat scores, const MoeWeights& w, const std
   return routed_to;
 }
 
+// Official numerics: DeepSeek's order, each routed expert's output (its route weight applied before w2) added in
+// fp32 in expert order, then the shared expert's, then bf16.
+Mat CpuBackend::official_experts(const Mat& x, const Routing& routing, const MoeWeights& w,
+                                 const ModelConfig& cfg) const {
+  const int64_t n = x.rows, d = x.cols;
+  Mat sum(n, d);
+  for (size_t e = 0; e < routing.size(); ++e) {
+    const auto& rows = routing[e];
+    if (rows.empty()) continue;
+    Mat xe(static_cast<int64_t>(rows.size()), d);
+    std::vector<float> weights(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::copy(x.row(rows[i].first), x.row(rows[i].first) + d, xe.row(static_cast<int64_t>(i)));
+      weights[i] = rows[i].second;
+    }
+    const Mat ye = expert(w.experts[e], xe, cfg.swiglu_limit, &weights);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      float* dst = sum.row(rows[i].first);
+      for (int64_t c = 0; c < d; ++c) dst[c] += ye.at(static_cast<int64_t>(i), c);
+    }
+  }
+  if (w.shared) {
+    const Mat ys = expert(*w.shared, x, cfg.swiglu_limit);
+    for (size_t i = 0; i < sum.v.size(); ++i) sum.v[i] += ys.v[i];
+  }
+  official::round_bf16(sum);
+  return sum;
+}
+
 Mat CpuBackend::experts(const Mat& x, const Routing& routing, const MoeWeights& w, const ModelConfig& cfg) const {
   const int64_t n = x.rows, d = x.cols;
-  Mat out = w.shared ? expert(*w.shared, x, cfg.swiglu_limit) : Mat(n, d);
-  Mat routed(n, d);
   routed_experts_.push_back(
       std::count_if(routing.begin(), routing.end(), [](const auto& rows) { return !rows.empty(); }));
+  if (official_) return official_experts(x, routing, w, cfg);
+  Mat out = w.shared ? expert(*w.shared, x, cfg.swiglu_limit) : Mat(n, d);
+  Mat routed(n, d);
   for (size_t e = 0; e < routing.size(); ++e) {
     const auto& rows = routing[e];
     if (rows.empty()) continue;

@@ -184,6 +184,9 @@ class CudaBackend {
   // Norms and RoPE: norm_rope.cpp.
   void rms_norm_rows(Tensor& x, const std::vector<float>* weight, double eps);
   void head_rms_norm(Tensor& x, int64_t head_dim, double eps);
+  // KV rows stay as computed: the CUDA backend does not run DeepSeek's numerics (Precision::Official) yet, the only
+  // ones that change them (cpu_backend.h).
+  void quantize_kv_rows(Tensor&, int64_t) const {}
   void rope(Tensor& x, int64_t head_dim, const model::v4::RopeTable& table, const model::v4::Step& step, bool inverse);
 
   // mHC: mhc.cpp.

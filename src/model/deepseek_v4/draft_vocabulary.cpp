@@ -47,6 +47,7 @@ void set_draft_vocabulary(ModelWeights& w, std::vector<int32_t> ids) {
   sub.data = reinterpret_cast<const uint8_t*>(values->data());
   sub.rows = static_cast<int64_t>(ids.size());
   sub.cols = head.cols;
+  sub.fp32_product = head.fp32_product;
   w.draft_head = sub;
   w.draft_head_f32 = std::move(values);
   w.draft_vocab = std::move(ids);

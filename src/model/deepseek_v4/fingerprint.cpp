@@ -47,7 +47,7 @@ std::string numeric_config(const ModelConfig& config) {
 }  // namespace
 
 std::string backend_label(const std::string& device, const std::string& precision, const std::string& gpu_name) {
-  if (device == "cpu") return "cpu fp32";
+  if (device == "cpu") return precision == "official" ? "cpu official" : "cpu fp32";
   return device + " " + precision + (gpu_name.empty() ? "" : " " + gpu_name);
 }
 

@@ -18,7 +18,7 @@ using model::ModelFingerprint;
 
 // The backend's part of a fingerprint, e.g. "cpu fp32" or "cuda bf16 NVIDIA H200": device, the arithmetic of its
 // matrix products and, on a GPU, the device name (kernels and their summation order differ by architecture).
-// The CPU backend computes in fp32 whatever precision a Model was given, so all CPU models share one label.
+// The CPU backend computes bf16, fp32 and fp8 alike in fp32, so they share one label; `official` has its own.
 std::string backend_label(const std::string& device, const std::string& precision, const std::string& gpu_name);
 
 // Hashes, in this order: a scheme tag; the canonical config.json (config_to_json) less the fields that change no

@@ -250,6 +250,7 @@ class Forward {
     Tensor& kv = of_x[1];
     b_.rms_norm_rows(kv, &w.kv_norm, cfg_.rms_norm_eps);
     b_.rope(kv, hd, rope, step, false);
+    b_.quantize_kv_rows(kv, 2 * rope.half());  // the form the window keeps (DeepSeek's numerics: FP8 non-RoPE dims)
 
     size_t next = 2;
     if (w.compressor) {

@@ -78,10 +78,10 @@ namespace {
 // The CPU reference: forward.h over CpuBackend, state in host memory.
 class CpuRunner : public ForwardRunner {
  public:
-  explicit CpuRunner(const Model::Parts& p) : p_(p) {}
+  CpuRunner(const Model::Parts& p, cpu::Numerics numerics) : p_(p), numerics_(numerics) {}
   StepLogits run_step(std::vector<SequenceChunk>& chunks, const LogitsStage& stage,
                       const LayerObserver& observe) override {
-    cpu::CpuBackend backend;  // per call: its caches are per step, and calls may come from several threads
+    cpu::CpuBackend backend(numerics_);  // per call: its caches are per step, and calls may come from several threads
     StepLogits out =
         Forward<cpu::CpuBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend).run(chunks, stage, observe);
     const std::lock_guard<std::mutex> lock(routed_mutex_);
@@ -89,7 +89,7 @@ class CpuRunner : public ForwardRunner {
     return out;
   }
   DraftOutput run_draft(std::vector<DraftChunk>& chunks, const LogitsStage& stage, int64_t mtp_layer) override {
-    cpu::CpuBackend backend;
+    cpu::CpuBackend backend(numerics_);
     return Forward<cpu::CpuBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend)
         .draft(chunks, mtp_layer, p_.mtp_views.at(static_cast<size_t>(mtp_layer)), stage);
   }
@@ -113,6 +113,7 @@ class CpuRunner : public ForwardRunner {
 
  private:
   const Model::Parts& p_;
+  const cpu::Numerics numerics_;
   mutable std::mutex routed_mutex_;
   std::vector<int64_t> routed_;
 };
@@ -129,8 +130,13 @@ Model::Model(ModelConfig config, ModelWeights weights, Device device, Precision 
   parts_->layout = make_state_layout(parts_->cfg, parts_->w, max_rollback);
   for (size_t i = 0; i < parts_->w.mtp.size(); ++i)
     parts_->mtp_views.push_back(mtp_view_layout(parts_->layout, static_cast<int64_t>(i)));
+  if (device == Device::Cuda && precision == Precision::Official)
+    fail("--precision official (DeepSeek's own numerics) runs on the CPU backend only so far; on --device cuda use "
+         "bf16, fp32 or fp8 (docs/official_numerics.md says what is left)");
   if (device == Device::Cpu) dequantize_head(parts_->w);
-  runner_ = device == Device::Cuda ? make_cuda_runner(*parts_, precision, cuda) : std::make_unique<CpuRunner>(*parts_);
+  const cpu::Numerics numerics = precision == Precision::Official ? cpu::Numerics::Official : cpu::Numerics::Reference;
+  runner_ = device == Device::Cuda ? make_cuda_runner(*parts_, precision, cuda)
+                                   : std::make_unique<CpuRunner>(*parts_, numerics);
 }
 
 Model::~Model() = default;

@@ -60,7 +60,8 @@ std::vector<Param> model_params(const ModelConfig& c, DType mdt) {
   };
   // Quantized checkpoints keep the vocabulary head and the compressor/indexer projections in BF16, as DeepSeek
   // ships V4-Flash. `fp8`: every other matrix is e4m3 with fp32 block scales. `fp4` (the official V4 release's
-  // layout): routed experts are MXFP4 and the other matrices e4m3, all scales UE8M0 (powers of two).
+  // layout): the router is bf16 too, routed experts are MXFP4 and the other matrices e4m3, all scales UE8M0 (powers
+  // of two).
   const bool fp8 = mdt == DType::F8_E4M3, fp4 = mdt == DType::F4_E2M1X2, quantized = fp8 || fp4;
   enum Role { Dense, RoutedExpert, KeepBf16 };
   auto linear = [&](const std::string& name, int64_t out, int64_t in, Role role = Dense) {
@@ -119,7 +120,7 @@ std::vector<Param> model_params(const ModelConfig& c, DType mdt) {
       compressor(a + ".indexer.compressor", c.index_head_dim, true);
     }
     const std::string f = p + ".ffn";
-    linear(f + ".gate.weight", c.n_routed_experts, d);
+    linear(f + ".gate.weight", c.n_routed_experts, d, fp4 ? KeepBf16 : Dense);  // the release's router is bf16
     if (mlp == MlpType::HashMoe)
       add(f + ".gate.tid2eid", {c.vocab_size, c.num_experts_per_tok}, Init::TokenToExpert, DType::I64);
     else

@@ -219,6 +219,7 @@ CompressorWeights load_compressor(Loader& ld, const std::string& prefix, const M
   const int64_t width = overlap ? 2 * dim : dim;
   w.wkv = ld.matrix(prefix + ".wkv.weight", width, c.hidden_size);
   w.wgate = ld.matrix(prefix + ".wgate.weight", width, c.hidden_size);
+  w.wkv.fp32_product = w.wgate.fp32_product = true;
   w.ape = ld.floats(prefix + ".ape", {rate, width});
   w.norm = ld.floats(prefix + ".norm.weight", {dim});
   return w;
@@ -261,6 +262,7 @@ LayerWeights load_layer(Loader& ld, const std::string& p, const ModelConfig& c, 
   MoeWeights& f = lw.ffn;
   const std::string fp = p + ".ffn";
   f.gate = ld.matrix(fp + ".gate.weight", c.n_routed_experts, d);
+  f.gate.fp32_product = true;
   if (mlp == MlpType::HashMoe) {
     f.tid2eid = ld.ints(fp + ".gate.tid2eid", {c.vocab_size, c.num_experts_per_tok}, c.n_routed_experts);
   } else {
@@ -285,6 +287,7 @@ ModelWeights load_weights(const ModelConfig& c, std::shared_ptr<TensorStore> sto
     mw.head = mw.embed;
   else
     mw.head = ld.matrix("head.weight", c.vocab_size, d);
+  mw.head.fp32_product = true;
   mw.norm = ld.floats("norm.weight", {d});
   mw.hc_head_fn = ld.floats("hc_head_fn", {hc, hc * d});
   mw.hc_head_base = ld.floats("hc_head_base", {hc});
@@ -327,6 +330,7 @@ void dequantize_head(ModelWeights& w) {
   copy.data = reinterpret_cast<const uint8_t*>(values->data());
   copy.rows = head.rows;
   copy.cols = head.cols;
+  copy.fp32_product = head.fp32_product;
   w.head = copy;
   w.head_f32 = std::move(values);
 }
