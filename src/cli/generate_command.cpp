@@ -40,6 +40,7 @@ options:
   --model DIR          checkpoint directory (config.json + safetensors); default: the demo model, models/demo/
   --device cpu|cuda    the backend (default cpu)
   --precision P        with --device cuda: bf16 (default), fp32, or fp8 (the checkpoint's FP8 matrices stay FP8)
+                       on the CPU: official (DeepSeek's own numerics; docs/official_numerics.md)
   --cuda-graphs on|off with --device cuda: replay decode steps as CUDA graphs (default on)
   --cuda-op-times      with --device cuda: time every backend op with CUDA events, a table at exit
   --batch-invariant    with --device cuda: a sequence's numbers do not depend on the rest of the batch or
@@ -93,6 +94,7 @@ options:
                              demo model, models/demo/ of the repository)
   --device cpu|cuda          the backend (default cpu)
   --precision P              with --device cuda: bf16 (default), fp32, or fp8 (the checkpoint's FP8 matrices stay FP8)
+                             on the CPU: official (DeepSeek's own numerics; docs/official_numerics.md)
   --cuda-graphs on|off       with --device cuda: replay decode steps as CUDA graphs (default on)
   --cuda-op-times            with --device cuda: time every backend op with CUDA events, a table at exit
   --batch-invariant          with --device cuda: a sequence's numbers do not depend on the rest of the batch

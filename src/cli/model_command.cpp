@@ -67,7 +67,8 @@ options:
   --layer I       which MTP layer (default 0)
   --chunk N       run the MTP layer N positions a step (default: all in one), to exercise its state
   --device D      cpu (default) or cuda: which backend runs the main model and the MTP layer
-  --precision P   on cuda: fp32 (true fp32 products, for comparisons), bf16 (default) or fp8
+  --precision P   on cuda: fp32 (true fp32 products, for comparisons), bf16 (default) or fp8; on the cpu: bf16
+                  (its fp32 numbers) or official (DeepSeek's own numerics; docs/official_numerics.md)
   --out FILE      where to write the JSON (default: stdout)
 
 example:

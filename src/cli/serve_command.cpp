@@ -38,6 +38,7 @@ options:
   --port N                   TCP port (default 8000; 0 picks a free one and prints it)
   --device cpu|cuda          the backend (cuda: a build with the CUDA backend and an NVIDIA GPU)
   --precision P              with --device cuda: bf16 (default), fp32, or fp8 (the checkpoint's FP8 matrices stay FP8)
+                             on the CPU: official (DeepSeek's own numerics; docs/official_numerics.md)
   --cuda-graphs on|off       with --device cuda: replay decode steps as CUDA graphs (default on)
   --cuda-op-times            with --device cuda: time every backend op with CUDA events, a table at exit
   --batch-invariant          with --device cuda: a request's tokens and logprobs do not depend on the other
