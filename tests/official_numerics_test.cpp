@@ -107,6 +107,23 @@ TEST(OfficialNumerics, Fp4FakeQuantizationKeepsEightMagnitudesPerBlock) {
   }
 }
 
+// The KV step: FP8 in 1×64 blocks and back with the TileLang kernel's rounding; only bf16 with the switch off.
+TEST(OfficialNumerics, KvFakeFp8RoundsOnlyWhenSwitchedOn) {
+  std::vector<float> x(128);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.3f * std::sin(0.71f * static_cast<float>(i)) + 1e-3f;
+  std::vector<float> on = x, off = x;
+  cpu::official::fake_fp8(on.data(), 128, 64, true);
+  cpu::official::fake_fp8(off.data(), 128, 64, false);
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(off[i], cpu::official::round_bf16(x[i]));
+    float amax = 0;
+    for (size_t j = i / 64 * 64; j < i / 64 * 64 + 64; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float s = cpu::official::pow2_ceil(amax * (1.0f / 448.0f));
+    EXPECT_EQ(on[i], round_e4m3(x[i] / s) * s) << i;
+  }
+  EXPECT_NE(on, off);
+}
+
 TEST(OfficialNumerics, HadamardIsTheScaledSylvesterTransform) {
   constexpr int64_t n = 64;
   for (int64_t k : {0, 5, 63}) {
