@@ -639,10 +639,12 @@ void check_fixed_order(int64_t m, int64_t n, int64_t k, int64_t groups, bool fp8
   const std::string shape = std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
                             (groups > 1 ? " " + std::to_string(groups) + " groups" : "") + (fp8 ? " fp8" : "");
   const auto* xb = reinterpret_cast<const __nv_bfloat16*>(dx.data());
+  DeviceBuffer<float> scratch(static_cast<size_t>(std::max<int64_t>(1, strata::cuda::fixed_order_split_floats(16, n, k, groups))));
   auto run = [&](int64_t r0, int64_t rows, FixedOrderKernel kernel) {
     dy.fill_bytes(0xff);
     strata::cuda::fixed_order_product(type, xb + r0 * groups * k, groups * k, k, w, k, n * k, dws.data(), scale_cols,
-                                      stride_s, dy.data(), groups * n, n, rows, n, k, groups, nullptr, kernel);
+                                      stride_s, dy.data(), groups * n, n, rows, n, k, groups, scratch.data(), nullptr,
+                                      kernel);
     std::vector<float> y = dy.download();
     y.resize(static_cast<size_t>(rows * groups * n));
     return y;
@@ -660,7 +662,9 @@ void check_fixed_order(int64_t m, int64_t n, int64_t k, int64_t groups, bool fp8
   for (const auto& [r0, rows] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {m - 1, 1}, {m / 2, 3}, {1, 16},
                                                                           {3, 17}, {0, 100}, {m / 3, m - m / 3}}) {
     if (r0 < 0 || rows < 1 || r0 + rows > m) continue;
-    for (const FixedOrderKernel kernel : {FixedOrderKernel::FewRows, FixedOrderKernel::ManyRows, FixedOrderKernel::Auto}) {
+    for (const FixedOrderKernel kernel : {FixedOrderKernel::FewRows, FixedOrderKernel::ManyRows,
+                                          FixedOrderKernel::SplitChunks, FixedOrderKernel::Auto}) {
+      if (kernel == FixedOrderKernel::SplitChunks && rows > 16) continue;
       const std::vector<float> part = run(r0, rows, kernel);
       differ += differing(part, few.data() + r0 * groups * n);
       compared += static_cast<int64_t>(part.size());

@@ -127,6 +127,21 @@ __device__ inline void store_chunk(const ChunkLoads<kFp8>& t, int lane, bf16* xs
   }
 }
 
+// A chunk's partial sum from its staged operands: the chain of 16-column steps from zero.
+__device__ inline Acc chunk_partial(const Product& p, int64_t c, const bf16* xs, const bf16* ws) {
+  const int width = static_cast<int>(min(static_cast<int64_t>(kChunk), p.k - c * kChunk));  // a multiple of 16
+  Acc partial;
+  wmma::fill_fragment(partial, 0.0f);
+  for (int kk = 0; kk < width; kk += 16) {
+    RowsFragment a;
+    WeightsFragment b;
+    wmma::load_matrix_sync(a, xs + kk, kFewLd);
+    wmma::load_matrix_sync(b, ws + kk, kFewLd);
+    wmma::mma_sync(partial, a, b, partial);
+  }
+  return partial;
+}
+
 template <bool kFp8>
 __global__ void __launch_bounds__(kFewWarps * 32) few_rows_kernel(Product p) {
   const int64_t g = blockIdx.z, n0 = static_cast<int64_t>(blockIdx.x) * 16, r0 = static_cast<int64_t>(blockIdx.y) * 16;
@@ -146,16 +161,7 @@ __global__ void __launch_bounds__(kFewWarps * 32) few_rows_kernel(Product p) {
       store_chunk<kFp8>(loads, lane, xs[warp], ws[warp]);
       __syncwarp();
       if (c + kFewWarps < chunks) load_chunk<kFp8>(p, g, r0, n0, c + kFewWarps, lane, loads);
-      const int width = static_cast<int>(min(static_cast<int64_t>(kChunk), p.k - c * kChunk));  // a multiple of 16
-      Acc partial;
-      wmma::fill_fragment(partial, 0.0f);
-      for (int kk = 0; kk < width; kk += 16) {
-        RowsFragment a;
-        WeightsFragment b;
-        wmma::load_matrix_sync(a, &xs[warp][kk], kFewLd);
-        wmma::load_matrix_sync(b, &ws[warp][kk], kFewLd);
-        wmma::mma_sync(partial, a, b, partial);
-      }
+      const Acc partial = chunk_partial(p, c, xs[warp], ws[warp]);
 #pragma unroll
       for (int e = 0; e < Acc::num_elements; ++e) part[warp][lane * Acc::num_elements + e] = partial.x[e];
       __syncwarp();  // the staged operands are read before the next round overwrites them
@@ -175,6 +181,53 @@ __global__ void __launch_bounds__(kFewWarps * 32) few_rows_kernel(Product p) {
     const int64_t r = r0 + i / 16, col = n0 + i % 16;
     if (r < p.m && col < p.n) y[r * p.ldy + col] = tile[i];
   }
+}
+
+// ---- SplitChunks (at most 16 rows, narrow products) ----
+// The few-rows kernel gives each 16 output channels one block, so a narrow product (a few hundred channels) leaves
+// most SMs idle while it streams its weights. Here the chunks of a tile are spread over `splits` blocks, each
+// warp writing its chunk's partial sums (the valid rows) to scratch [groups][chunks][m][n]; then one thread per
+// output element folds them in chunk order — the same folds in the same order as the other kernels.
+
+template <bool kFp8>
+__global__ void __launch_bounds__(kFewWarps * 32) split_chunks_kernel(Product p, int64_t per_split, float* partials) {
+  const int64_t g = blockIdx.z, n0 = static_cast<int64_t>(blockIdx.x) * 16;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __shared__ __align__(32) bf16 xs[kFewWarps][16 * kFewLd];
+  __shared__ __align__(32) bf16 ws[kFewWarps][16 * kFewLd];
+  __shared__ __align__(32) float tile[kFewWarps][256];
+  const int64_t chunks = (p.k + kChunk - 1) / kChunk;
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * per_split, last = min(chunks, first + per_split);
+  ChunkLoads<kFp8> loads;
+  if (first + warp < last) load_chunk<kFp8>(p, g, 0, n0, first + warp, lane, loads);
+  for (int64_t c = first + warp; c < last; c += kFewWarps) {
+    store_chunk<kFp8>(loads, lane, xs[warp], ws[warp]);
+    __syncwarp();
+    if (c + kFewWarps < last) load_chunk<kFp8>(p, g, 0, n0, c + kFewWarps, lane, loads);
+    const Acc partial = chunk_partial(p, c, xs[warp], ws[warp]);
+    wmma::store_matrix_sync(tile[warp], partial, 16, wmma::mem_row_major);
+    __syncwarp();
+    float* out = partials + (g * chunks + c) * p.m * p.n;
+    for (int i = lane; i < 256; i += 32) {
+      const int64_t r = i / 16, col = n0 + i % 16;
+      if (r < p.m && col < p.n) out[r * p.n + col] = tile[warp][i];
+    }
+    __syncwarp();  // staged operands and tile read before the next chunk overwrites them
+  }
+}
+
+template <bool kFp8>
+__global__ void fold_chunks_kernel(Product p, int64_t groups, const float* partials) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= groups * p.m * p.n) return;
+  const int64_t g = i / (p.m * p.n), r = i / p.n % p.m, col = i % p.n;
+  const int64_t chunks = (p.k + kChunk - 1) / kChunk;
+  float total = 0.0f;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const float part = partials[((g * chunks + c) * p.m + r) * p.n + col];
+    total = kFp8 ? __fmaf_rn(chunk_scale(p, g, col, c), part, total) : __fadd_rn(total, part);
+  }
+  p.y[g * p.stride_y + r * p.ldy + col] = total;
 }
 
 // ---- ManyRows ----
@@ -311,7 +364,32 @@ static_assert(sizeof(bf16) * kTile * kManyLd >= sizeof(float) * 256 * kManyWarps
 
 bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The kernels' choice (same bits whichever). Up to 16 rows: the split kernel while the few-rows kernel's blocks
+// (one per 16 channels) would not fill the GPU twice over. Up to 64 rows, the few-rows kernel (weights read once
+// per 16 rows, many blocks in flight), and beyond while the tiled kernel would leave most SMs idle; else the tiles.
+int64_t split_count(int64_t n, int64_t k, int64_t groups) {
+  const int64_t tiles = (n + 15) / 16 * groups, chunks = (k + kChunk - 1) / kChunk, want = 2 * multiprocessors();
+  if (tiles >= want) return 1;
+  // Each split keeps at least one chunk per warp.
+  return std::max<int64_t>(1, std::min((want + tiles - 1) / tiles, chunks / kFewWarps));
+}
+
+FixedOrderKernel auto_kernel(int64_t m, int64_t n, int64_t k, int64_t groups) {
+  if (m <= 16 && split_count(n, k, groups) > 1) return FixedOrderKernel::SplitChunks;
+  const int64_t many_blocks = (n + kTile - 1) / kTile * ((m + kTile - 1) / kTile) * groups;
+  return m > 64 && 4 * many_blocks >= multiprocessors() ? FixedOrderKernel::ManyRows : FixedOrderKernel::FewRows;
+}
+
 }  // namespace
+
+int64_t fixed_order_split_floats(int64_t m, int64_t n, int64_t k, int64_t groups) {
+  return groups * ((k + kChunk - 1) / kChunk) * m * n;
+}
+
+int64_t fixed_order_scratch_floats(int64_t m, int64_t n, int64_t k, int64_t groups) {
+  if (m <= 0 || n <= 0 || k <= 0 || groups <= 0) return 0;
+  return auto_kernel(m, n, k, groups) == FixedOrderKernel::SplitChunks ? fixed_order_split_floats(m, n, k, groups) : 0;
+}
 
 bool fixed_order_applies(GemmType weight_type, const void* x, int64_t ldx, int64_t stride_x, const void* w,
                          int64_t ldw, int64_t stride_w, int64_t k) {
@@ -324,7 +402,7 @@ bool fixed_order_applies(GemmType weight_type, const void* x, int64_t ldx, int64
 void fixed_order_product(GemmType weight_type, const bf16* x, int64_t ldx, int64_t stride_x, const void* w,
                          int64_t ldw, int64_t stride_w, const float* scales, int64_t scale_ld, int64_t scale_stride,
                          float* y, int64_t ldy, int64_t stride_y, int64_t m, int64_t n, int64_t k, int64_t groups,
-                         cudaStream_t stream, FixedOrderKernel kernel) {
+                         float* scratch, cudaStream_t stream, FixedOrderKernel kernel) {
   if (!fixed_order_applies(weight_type, x, ldx, stride_x, w, ldw, stride_w, k))
     fail("fixed-order product: a ", gemm_type_name(weight_type), " product of k = ", k,
          " it does not take (bf16: k a multiple of 16, FP8: of 128; whole aligned 16-byte vectors)");
@@ -333,12 +411,24 @@ void fixed_order_product(GemmType weight_type, const bf16* x, int64_t ldx, int64
   if (groups > 65535) fail("fixed-order product: ", groups, " groups (at most 65535)");
   const Product p{x, ldx, stride_x, w, ldw, stride_w, scales, scale_ld, scale_stride, y, ldy, stride_y, m, n, k};
   const bool fp8 = weight_type == GemmType::Fp8;
-  const int64_t many_blocks = (n + kTile - 1) / kTile * ((m + kTile - 1) / kTile) * groups;
-  // Same bits either way. The few-rows kernel reads the weights once per 16 rows with many blocks in flight: the
-  // choice up to 64 rows, and for more while the tiled kernel would leave most SMs idle.
-  if (kernel == FixedOrderKernel::Auto)
-    kernel = m > 64 && 4 * many_blocks >= multiprocessors() ? FixedOrderKernel::ManyRows : FixedOrderKernel::FewRows;
-  if (kernel == FixedOrderKernel::ManyRows) {
+  if (kernel == FixedOrderKernel::Auto) kernel = auto_kernel(m, n, k, groups);
+  if (kernel == FixedOrderKernel::SplitChunks) {
+    if (m > 16) fail("fixed-order product: the split kernel takes at most 16 rows, not ", m);
+    if (scratch == nullptr) fail("fixed-order product: the split kernel without scratch");
+    const int64_t chunks = (k + kChunk - 1) / kChunk, splits = split_count(n, k, groups);
+    const int64_t per_split = (chunks + splits - 1) / splits;
+    const dim3 grid(static_cast<unsigned>((n + 15) / 16), static_cast<unsigned>((chunks + per_split - 1) / per_split),
+                    static_cast<unsigned>(groups));
+    const int64_t outputs = groups * m * n;
+    const auto fold_blocks = static_cast<unsigned>((outputs + 255) / 256);
+    if (fp8) {
+      split_chunks_kernel<true><<<grid, kFewWarps * 32, 0, stream>>>(p, per_split, scratch);
+      fold_chunks_kernel<true><<<fold_blocks, 256, 0, stream>>>(p, groups, scratch);
+    } else {
+      split_chunks_kernel<false><<<grid, kFewWarps * 32, 0, stream>>>(p, per_split, scratch);
+      fold_chunks_kernel<false><<<fold_blocks, 256, 0, stream>>>(p, groups, scratch);
+    }
+  } else if (kernel == FixedOrderKernel::ManyRows) {
     if ((m + kTile - 1) / kTile > 65535) fail("fixed-order product: ", m, " rows");
     const dim3 grid(static_cast<unsigned>((n + kTile - 1) / kTile), static_cast<unsigned>((m + kTile - 1) / kTile),
                     static_cast<unsigned>(groups));

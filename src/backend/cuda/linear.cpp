@@ -77,9 +77,12 @@ void CudaBackend::invariant_product(const Operand& x, int64_t ldx, int64_t strid
   }
   // bf16 and FP8 weights: the fixed-order tensor-core product (gemm_fixed_order.h), whose bits do not depend on m.
   const auto* xb = static_cast<const __nv_bfloat16*>(x.data);
+  const int64_t scratch_floats = fixed_order_scratch_floats(m, rows, k, groups);
+  float* fixed_scratch = scratch_floats ? scratch_.alloc<float>(scratch_floats) : nullptr;
   if (fixed_order_applies(w.type, xb, ldx, stride_x, w.data, k, stride_w, k)) {
     fixed_order_product(w.type, xb, ldx, stride_x, w.data, k, stride_w, w.scales, w.scale_cols(),
-                        rows / kFp8Block * w.scale_cols(), y, ldy, stride_y, m, rows, k, groups, stream_);
+                        rows / kFp8Block * w.scale_cols(), y, ldy, stride_y, m, rows, k, groups, fixed_scratch,
+                        stream_);
     return;
   }
   // FP8 weights with partial 128-blocks: this layer's bf16 copy, for every row count alike.
@@ -88,7 +91,7 @@ void CudaBackend::invariant_product(const Operand& x, int64_t ldx, int64_t strid
     dequantize_fp8(static_cast<const uint8_t*>(w.data), w.scales, w.rows, w.cols, wb, stream_);
     if (fixed_order_applies(GemmType::Bf16, xb, ldx, stride_x, wb, k, stride_w, k)) {
       fixed_order_product(GemmType::Bf16, xb, ldx, stride_x, wb, k, stride_w, nullptr, 0, 0, y, ldy, stride_y, m, rows,
-                          k, groups, stream_);
+                          k, groups, fixed_scratch, stream_);
       return;
     }
   }
