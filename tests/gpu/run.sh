@@ -50,4 +50,12 @@ long_tokens=$(python3 -c 'print(",".join(str((i * 7919 + 17) % 512) for i in ran
   done
 } 2>&1 | tee "$out/gpu_mtp_reference.txt"
 grep -q "^FAIL" "$out/gpu_mtp_reference.txt" && status=1
+# DeepSeek's own numerics (docs/official_numerics.md): the PyTorch oracle on the release's layout, whose output is the
+# CPU test's fixture (tests/fixtures/official/, compared by tests/official_oracle_test.cpp); both KV switch settings.
+rm -rf /tmp/strata-official-small
+./build-gpu/strata model init --preset small --layers 4 --dtype fp4 --seed 3 --out /tmp/strata-official-small > /dev/null
+for kv in on off; do
+  python3 tests/gpu/official_reference.py --model /tmp/strata-official-small --prompt-len 160 --decode 8 \
+    --kv-fp8-rounds $kv --out "$out/official_small4_fp4_seed3_kv_$kv.json" || status=1
+done
 exit $status
