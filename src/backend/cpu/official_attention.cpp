@@ -125,14 +125,7 @@ CpuBackend::Picks CpuBackend::official_indexer_topk(const Mat& q, const Mat& hea
       }
       score[t] = round_bf16(acc);
     }
-    std::vector<int32_t> idx(static_cast<size_t>(visible));
-    std::iota(idx.begin(), idx.end(), 0);
-    const int64_t k = std::min<int64_t>(cfg.index_topk, visible);
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-      return score[a] > score[b] || (score[a] == score[b] && a < b);
-    });
-    idx.resize(static_cast<size_t>(k));
-    picks[s] = std::move(idx);
+    picks[s] = top_k_entries(score, cfg.index_topk);
   }
   return picks;
 }

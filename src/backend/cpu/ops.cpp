@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 namespace strata::cpu {
@@ -271,6 +272,17 @@ void softmax(float* x, int64_t n) {
     s += x[i];
   }
   for (int64_t i = 0; i < n; ++i) x[i] /= s;
+}
+
+std::vector<int32_t> top_k_entries(const std::vector<float>& score, int64_t k) {
+  std::vector<int32_t> idx(score.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  const auto n = std::min<int64_t>(k, static_cast<int64_t>(score.size()));
+  std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
+    return score[a] > score[b] || (score[a] == score[b] && a < b);
+  });
+  idx.resize(static_cast<size_t>(n));
+  return idx;
 }
 
 }  // namespace strata::cpu

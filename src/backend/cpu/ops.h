@@ -2,6 +2,7 @@
 // The CPU backend's operations: the readable fp32 reference every faster backend is tested against.
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -36,6 +37,9 @@ inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x));
 // Sinkhorn-Knopp onto a doubly-stochastic hc×hc matrix (mHC, paper §2.2): columns first, then rows and columns
 // alternately, `iters` normalisations of columns in all; each divides by (sum + eps).
 void sinkhorn(float* comb, int64_t hc, int64_t iters, float eps);
+
+// The indices of the k largest scores (at most all of them), largest first, ties to the lower index (as CUDA's topk).
+std::vector<int32_t> top_k_entries(const std::vector<float>& score, int64_t k);
 
 // In-place softmax over n values (max-subtracted, fp32).
 void softmax(float* x, int64_t n);
