@@ -6,21 +6,29 @@
 
 namespace strata {
 
+namespace {
+
+uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+}  // namespace
+
 void WeightRef::row_f32(int64_t r, float* out) const {
   switch (dtype) {
     case DType::F32:
       std::memcpy(out, data + r * cols * 4, static_cast<size_t>(cols) * 4);
       return;
-    case DType::BF16: {
-      const auto* p = reinterpret_cast<const uint16_t*>(data) + r * cols;
-      for (int64_t c = 0; c < cols; ++c) out[c] = bf16_to_f32(p[c]);
+    // 16-bit values are read byte-wise: a safetensors file packs tensors back to back, so one after an odd-sized
+    // tensor (e.g. a UE8M0 scale) starts at an odd address.
+    case DType::BF16:
+      for (int64_t c = 0; c < cols; ++c) out[c] = bf16_to_f32(load_u16(data + (r * cols + c) * 2));
       return;
-    }
-    case DType::F16: {
-      const auto* p = reinterpret_cast<const uint16_t*>(data) + r * cols;
-      for (int64_t c = 0; c < cols; ++c) out[c] = f16_to_f32(p[c]);
+    case DType::F16:
+      for (int64_t c = 0; c < cols; ++c) out[c] = f16_to_f32(load_u16(data + (r * cols + c) * 2));
       return;
-    }
     case DType::F8_E4M3: {
       const uint8_t* p = data + r * cols;
       const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
@@ -55,8 +63,8 @@ float WeightRef::at(int64_t r, int64_t c) const {
       std::memcpy(&f, data + (r * cols + c) * 4, 4);
       return f;
     }
-    case DType::BF16: return bf16_to_f32(reinterpret_cast<const uint16_t*>(data)[r * cols + c]);
-    case DType::F16: return f16_to_f32(reinterpret_cast<const uint16_t*>(data)[r * cols + c]);
+    case DType::BF16: return bf16_to_f32(load_u16(data + (r * cols + c) * 2));
+    case DType::F16: return f16_to_f32(load_u16(data + (r * cols + c) * 2));
     case DType::F8_E4M3: {
       const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
       return fp8_e4m3_to_f32(data[r * cols + c]) *
