@@ -23,6 +23,12 @@ its own greedy token, and writes what a CPU test compares against (tests/officia
 The prompt is token (i · 7919 + 17) mod vocab for i < --prompt-len. Output JSON: {"source", "model", "prompt",
 "generated", "kv_fp8_rounds", "rows": [{"position", "argmax", "top": [[id, logit], ...], "sample": [...]}],
 "sample_stride", "streams": [[layer, position, [first 32 values of stream 0]], ...]}.
+
+--mhc-sums float64 computes the mHC's fp32 reductions (the mixing logits, the streams' mean square, the weighted
+stream sums) in float64 and rounds them to fp32: results that are as right as torch's, summed in another order.
+Compared with compare_official.py against a default run fed the same tokens (--force-tokens that run's JSON), it
+measures how far two faithful implementations of the same numerics drift apart, which is what a CPU reimplementation
+can be held to.
 """
 import argparse
 import json
@@ -260,9 +266,10 @@ def with_rope(x, rd, freqs, inverse=False):
 # --- the model -----------------------------------------------------------------------------------------------------
 
 class Model:
-    def __init__(self, ck, kv_fp8_rounds):
+    def __init__(self, ck, kv_fp8_rounds, mhc_float64=False):
         c = ck.config
         self.ck, self.c, self.kv_rounds = ck, c, kv_fp8_rounds
+        self.sums = torch.float64 if mhc_float64 else F32
         self.d, self.hc, self.eps = c["hidden_size"], c["hc_mult"], c["rms_norm_eps"]
         self.hd, self.heads = c["head_dim"], c["num_attention_heads"]
         self.rd = c.get("qk_rope_head_dim") or int(c["head_dim"] * c["partial_rotary_factor"])
@@ -289,8 +296,8 @@ class Model:
     def hc_pre(self, x, p, site):
         fn, scale, base = (self.ck.floats(f"{p}.hc_{site}_{n}") for n in ("fn", "scale", "base"))
         hc = self.hc
-        xf = x.reshape(x.shape[0], -1).to(F32)
-        mixes = (xf @ fn.T) * torch.rsqrt(xf.square().mean(-1, keepdim=True) + self.eps)
+        xf = x.reshape(x.shape[0], -1).to(self.sums)
+        mixes = ((xf @ fn.to(self.sums).T) * torch.rsqrt(xf.square().mean(-1, keepdim=True) + self.eps)).to(F32)
         pre = torch.sigmoid(mixes[:, :hc] * scale[0] + base[:hc]) + self.c["hc_eps"]
         post = 2 * torch.sigmoid(mixes[:, hc:2 * hc] * scale[1] + base[hc:2 * hc])
         comb = (mixes[:, 2 * hc:] * scale[2] + base[2 * hc:]).reshape(-1, hc, hc)
@@ -300,13 +307,14 @@ class Model:
         for _ in range(self.c["hc_sinkhorn_iters"] - 1):
             comb = comb / (comb.sum(-1, keepdim=True) + eps)
             comb = comb / (comb.sum(-2, keepdim=True) + eps)
-        y = (pre.unsqueeze(-1) * x.to(F32)).sum(1)
-        return y.to(BF16), post, comb
+        y = (pre.to(self.sums).unsqueeze(-1) * x.to(self.sums)).sum(1)
+        return y.to(F32).to(BF16), post, comb
 
-    @staticmethod
-    def hc_post(out, residual, post, comb):
-        y = post.unsqueeze(-1) * out.to(F32).unsqueeze(1) + (comb.unsqueeze(-1) * residual.to(F32).unsqueeze(2)).sum(1)
-        return y.to(BF16)
+    def hc_post(self, out, residual, post, comb):
+        t = self.sums
+        y = (post.to(t).unsqueeze(-1) * out.to(t).unsqueeze(1) +
+             (comb.to(t).unsqueeze(-1) * residual.to(t).unsqueeze(2)).sum(1))
+        return y.to(F32).to(BF16)
 
     # attention pieces
     def compress(self, x, layer, name, dim, rotate, positions, freqs):
@@ -465,10 +473,10 @@ class Model:
             streams_out.append([l, positions[-1], h[-1, 0, :32].float().tolist()])
         last = h[-1:]
         fn, scale, base = ck.floats("hc_head_fn"), ck.floats("hc_head_scale"), ck.floats("hc_head_base")
-        xf = last.reshape(1, -1).to(F32)
-        mixes = (xf @ fn.T) * torch.rsqrt(xf.square().mean(-1, keepdim=True) + self.eps)
+        xf = last.reshape(1, -1).to(self.sums)
+        mixes = ((xf @ fn.to(self.sums).T) * torch.rsqrt(xf.square().mean(-1, keepdim=True) + self.eps)).to(F32)
         pre = torch.sigmoid(mixes * scale + base) + self.c["hc_eps"]
-        y = (pre.unsqueeze(-1) * last.to(F32)).sum(1).to(BF16)
+        y = (pre.to(self.sums).unsqueeze(-1) * last.to(self.sums)).sum(1).to(F32).to(BF16)
         y = rms_norm(y, ck.floats("norm.weight"), self.eps)
         return (y.to(F32) @ self.head.T)[0]
 
@@ -481,6 +489,9 @@ def main():
     ap.add_argument("--kv-fp8-rounds", choices=["on", "off"], default="on")
     ap.add_argument("--top", type=int, default=16)
     ap.add_argument("--sample-stride", type=int, default=64)
+    ap.add_argument("--mhc-sums", choices=["float32", "float64"], default="float32")
+    ap.add_argument("--force-tokens", help="a JSON this script wrote: feed its generated tokens instead of our own")
+    ap.add_argument("--full-logits", action="store_true", help="also write every logit of every step")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -488,7 +499,8 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     ck = Checkpoint(args.model, "cuda")
-    model = Model(ck, args.kv_fp8_rounds == "on")
+    model = Model(ck, args.kv_fp8_rounds == "on", args.mhc_sums == "float64")
+    forced = json.loads(Path(args.force_tokens).read_text())["generated"] if args.force_tokens else None
     vocab = ck.config["vocab_size"]
     prompt = [(i * 7919 + 17) % vocab for i in range(args.prompt_len)]
     rows, streams, generated = [], [], []
@@ -500,12 +512,14 @@ def main():
         rows.append({"position": positions[-1], "argmax": int(logits.argmax()),
                      "top": [[int(i), float(v)] for v, i in zip(top.values.tolist(), top.indices.tolist())],
                      "sample": logits[:: args.sample_stride].tolist()})
-        nxt = int(logits.argmax())
+        if args.full_logits:
+            rows[-1]["logits"] = logits.tolist()
+        nxt = int(logits.argmax()) if forced is None or step >= len(forced) else forced[step]
         generated.append(nxt)
         tokens, positions, prefill = [nxt], [positions[-1] + 1], False
     out = {"source": "tests/gpu/official_reference.py (torch " + torch.__version__ + ", " +
            torch.cuda.get_device_name() + ")", "model": args.model, "prompt_len": args.prompt_len,
-           "prompt": prompt, "generated": generated[: args.decode], "kv_fp8_rounds": args.kv_fp8_rounds == "on",
+           "prompt": prompt, "generated": generated[: args.decode], "kv_fp8_rounds": args.kv_fp8_rounds == "on", "mhc_sums": args.mhc_sums,
            "sample_stride": args.sample_stride, "rows": rows, "streams": streams}
     Path(args.out).write_text(json.dumps(out))
     print(f"official_reference: {args.prompt_len} prompt tokens, {args.decode} decoded: {generated[: args.decode]}")

@@ -58,4 +58,10 @@ for kv in on off; do
   python3 tests/gpu/official_reference.py --model /tmp/strata-official-small --prompt-len 160 --decode 8 \
     --kv-fp8-rounds $kv --out "$out/official_small4_fp4_seed3_kv_$kv.json" || status=1
 done
+# The oracle's own drift: the same numerics with the mHC's fp32 sums done in float64, fed the same tokens, compared
+# as the CPU test compares Strata (the yardstick for that test's bounds).
+python3 tests/gpu/official_reference.py --model /tmp/strata-official-small --prompt-len 160 --decode 8 --mhc-sums float64 \
+  --full-logits --force-tokens "$out/official_small4_fp4_seed3_kv_on.json" --out /tmp/strata-official-f64.json &&
+  python3 tests/gpu/compare_official.py "$out/official_small4_fp4_seed3_kv_on.json" /tmp/strata-official-f64.json \
+    > "$out/official_drift_mhc_float64.json" || status=1
 exit $status
