@@ -293,11 +293,19 @@ class Model:
         self.head = ck.raw("head.weight")[1].to(F32) if ck.has("head.weight") else self.embed.to(F32)
 
     # mHC
+    def mixes(self, x, fn):
+        """The mixing logits of streams x [rows, hc, d]: (x · fnᵀ) · rsqrt(mean(x²) + eps), summed in self.sums."""
+        xf = x.reshape(x.shape[0], -1).to(self.sums)
+        return ((xf @ fn.to(self.sums).T) * torch.rsqrt(xf.square().mean(-1, keepdim=True) + self.eps)).to(F32)
+
+    def collapse(self, pre, x):
+        """Σ_h pre[h] · stream h, summed in self.sums, then the bf16 block input."""
+        return (pre.to(self.sums).unsqueeze(-1) * x.to(self.sums)).sum(1).to(F32).to(BF16)
+
     def hc_pre(self, x, p, site):
         fn, scale, base = (self.ck.floats(f"{p}.hc_{site}_{n}") for n in ("fn", "scale", "base"))
         hc = self.hc
-        xf = x.reshape(x.shape[0], -1).to(self.sums)
-        mixes = ((xf @ fn.to(self.sums).T) * torch.rsqrt(xf.square().mean(-1, keepdim=True) + self.eps)).to(F32)
+        mixes = self.mixes(x, fn)
         pre = torch.sigmoid(mixes[:, :hc] * scale[0] + base[:hc]) + self.c["hc_eps"]
         post = 2 * torch.sigmoid(mixes[:, hc:2 * hc] * scale[1] + base[hc:2 * hc])
         comb = (mixes[:, 2 * hc:] * scale[2] + base[2 * hc:]).reshape(-1, hc, hc)
@@ -307,8 +315,7 @@ class Model:
         for _ in range(self.c["hc_sinkhorn_iters"] - 1):
             comb = comb / (comb.sum(-1, keepdim=True) + eps)
             comb = comb / (comb.sum(-2, keepdim=True) + eps)
-        y = (pre.to(self.sums).unsqueeze(-1) * x.to(self.sums)).sum(1)
-        return y.to(F32).to(BF16), post, comb
+        return self.collapse(pre, x), post, comb
 
     def hc_post(self, out, residual, post, comb):
         t = self.sums
@@ -473,10 +480,8 @@ class Model:
             streams_out.append([l, positions[-1], h[-1, 0, :32].float().tolist()])
         last = h[-1:]
         fn, scale, base = ck.floats("hc_head_fn"), ck.floats("hc_head_scale"), ck.floats("hc_head_base")
-        xf = last.reshape(1, -1).to(self.sums)
-        mixes = ((xf @ fn.to(self.sums).T) * torch.rsqrt(xf.square().mean(-1, keepdim=True) + self.eps)).to(F32)
-        pre = torch.sigmoid(mixes * scale + base) + self.c["hc_eps"]
-        y = (pre.to(self.sums).unsqueeze(-1) * last.to(self.sums)).sum(1).to(F32).to(BF16)
+        pre = torch.sigmoid(self.mixes(last, fn) * scale + base) + self.c["hc_eps"]
+        y = self.collapse(pre, last)
         y = rms_norm(y, ck.floats("norm.weight"), self.eps)
         return (y.to(F32) @ self.head.T)[0]
 
@@ -519,8 +524,8 @@ def main():
         tokens, positions, prefill = [nxt], [positions[-1] + 1], False
     out = {"source": "tests/gpu/official_reference.py (torch " + torch.__version__ + ", " +
            torch.cuda.get_device_name() + ")", "model": args.model, "prompt_len": args.prompt_len,
-           "prompt": prompt, "generated": generated[: args.decode], "kv_fp8_rounds": args.kv_fp8_rounds == "on", "mhc_sums": args.mhc_sums,
-           "sample_stride": args.sample_stride, "rows": rows, "streams": streams}
+           "prompt": prompt, "generated": generated[: args.decode], "kv_fp8_rounds": args.kv_fp8_rounds == "on",
+           "mhc_sums": args.mhc_sums, "sample_stride": args.sample_stride, "rows": rows, "streams": streams}
     Path(args.out).write_text(json.dumps(out))
     print(f"official_reference: {args.prompt_len} prompt tokens, {args.decode} decoded: {generated[: args.decode]}")
 
