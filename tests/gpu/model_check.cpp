@@ -348,6 +348,140 @@ void check_graphs(const std::string& name, const std::string& dir, Precision pre
               static_cast<long long>(pick_differing), static_cast<long long>(replayed), ok ? "PASS" : "FAIL");
 }
 
+// Verify steps and MTP draft steps replayed from CUDA graphs against the same steps run eagerly (issue 17: a
+// speculative decode step is a token and its drafts in one chunk, every row a logits row, then a rollback of the
+// rejected drafts). Three sequences (5, 131, 1000 tokens), 40 steps of 1 + k rows each, k per sequence cycling
+// through the rotations of (0, 1, 3) — the same step shape with its rows spread differently over the chunks, which
+// the shape leaves out because every kernel reads it from the rows begin_step uploads — and (2, 2, 2) every fifth
+// step; a share of each sequence's drafts is "accepted" and the rest rolled back on both models. Every logits row
+// and kept stream must agree to the bit. With MTP layers, each step then drafts as the engine does: a catch-up over
+// the kept rows (their streams and the next tokens) and one chained position from the layer's own output, whose
+// position is rolled back again; draft logits and output streams to the bit as well.
+void check_verify_graphs(const std::string& name, const std::string& dir, Precision precision) {
+  constexpr int64_t kMaxDrafts = 3;
+  const Model eager = load_model(dir, Device::Cuda, precision, CudaSwitches{.graphs = false}, kMaxDrafts);
+  const Model graphed = load_model(dir, Device::Cuda, precision, {}, kMaxDrafts);
+  const int64_t vocab = eager.config().vocab_size, width = eager.config().hc_mult * eager.config().hidden_size;
+  const bool drafts = eager.mtp_layers() > 0;
+  const std::vector<int64_t> lens = {5, 131, 1000};
+  const int64_t seqs = static_cast<int64_t>(lens.size()), steps = 40;
+  StatePoolLimits limits;
+  limits.max_sequences = seqs;
+  limits.blocks = seqs * eager.blocks_for_tokens(1000 + steps * (kMaxDrafts + 1) + 8);
+  StatePool eager_pool(eager, limits), graphed_pool(graphed, limits);
+  std::vector<SequenceState*> a, b;
+  for (int64_t q = 0; q < seqs; ++q) {
+    a.push_back(eager_pool.acquire());
+    b.push_back(graphed_pool.acquire());
+  }
+  auto reserve = [&](int64_t q, int64_t n) {
+    return eager_pool.reserve(*a[static_cast<size_t>(q)], n) && graphed_pool.reserve(*b[static_cast<size_t>(q)], n);
+  };
+  for (int64_t q = 0; q < seqs; ++q) {
+    const std::vector<int32_t> prompt = prompt_of(lens[static_cast<size_t>(q)], vocab, q + 21);
+    if (!reserve(q, static_cast<int64_t>(prompt.size()))) {
+      std::printf("%-16s %-4s verify graphs: the pool could not reserve token blocks  FAIL\n", name.c_str(),
+                  precision_name(precision));
+      ++failures;
+      return;
+    }
+    eager.forward(prompt, *a[static_cast<size_t>(q)], false);
+    graphed.forward(prompt, *b[static_cast<size_t>(q)], false);
+  }
+  const int64_t replayed_before = graphed.steps_replayed();
+  int64_t rows = 0, differing = 0, stream_rows = 0, streams_differing = 0, draft_rows = 0, drafts_differing = 0;
+  std::vector<int32_t> next(static_cast<size_t>(seqs), 7);
+  for (int64_t step = 0; step < steps; ++step) {
+    std::vector<int64_t> k(static_cast<size_t>(seqs), 2);
+    if (step % 5 != 4)
+      for (int64_t q = 0; q < seqs; ++q) k[static_cast<size_t>(q)] = std::vector<int64_t>{0, 1, 3}[static_cast<size_t>((q + step) % 3)];
+    std::vector<SequenceChunk> ca, cb;
+    model::LogitsStage stage;
+    int64_t n = 0;
+    for (int64_t q = 0; q < seqs; ++q) {
+      std::vector<int32_t> tokens{next[static_cast<size_t>(q)]};
+      const std::vector<int32_t> guesses = prompt_of(k[static_cast<size_t>(q)], vocab, 500 + step * seqs + q);
+      tokens.insert(tokens.end(), guesses.begin(), guesses.end());
+      if (!reserve(q, static_cast<int64_t>(tokens.size()))) {
+        std::printf("%-16s %-4s verify graphs: the pool could not reserve token blocks  FAIL\n", name.c_str(),
+                    precision_name(precision));
+        ++failures;
+        return;
+      }
+      ca.push_back({tokens, a[static_cast<size_t>(q)], true});
+      cb.push_back({tokens, b[static_cast<size_t>(q)], true});
+      n += static_cast<int64_t>(tokens.size());
+    }
+    stage = all_rows_home(n);
+    for (int64_t r = 0; r < n; ++r) stage.stream_rows.push_back(r);
+    const model::StepLogits oa = eager.run_step(ca, stage), ob = graphed.run_step(cb, stage);
+    for (int64_t r = 0; r < n; ++r) {
+      differing += !same_finite_bits(oa.raw.row(r), ob.raw.row(r), static_cast<size_t>(vocab));
+      streams_differing += !same_finite_bits(oa.streams.row(r), ob.streams.row(r), static_cast<size_t>(width));
+    }
+    rows += n;
+    stream_rows += n;
+    // Accept a share of each sequence's drafts, roll the rest back, and draft from the kept rows.
+    std::vector<model::DraftChunk> da(static_cast<size_t>(seqs)), db(static_cast<size_t>(seqs));
+    for (int64_t q = 0, first = 0; q < seqs; ++q) {
+      const auto& tokens = ca[static_cast<size_t>(q)].tokens;
+      const int64_t kq = k[static_cast<size_t>(q)], accepted = (step + q) % (kq + 1);
+      const int64_t start = a[static_cast<size_t>(q)]->num_tokens - 1 - kq;
+      if (accepted < kq) {
+        eager.rollback(*a[static_cast<size_t>(q)], start + 1 + accepted);
+        graphed.rollback(*b[static_cast<size_t>(q)], start + 1 + accepted);
+      }
+      next[static_cast<size_t>(q)] = argmax(oa.raw.row(first + accepted), vocab);
+      model::DraftChunk& d = da[static_cast<size_t>(q)];
+      d.streams = Mat(accepted + 1, width);
+      std::copy(oa.streams.row(first), oa.streams.row(first) + d.streams.v.size(), d.streams.v.begin());
+      d.tokens.assign(tokens.begin() + 1, tokens.begin() + 1 + accepted);
+      d.tokens.push_back(next[static_cast<size_t>(q)]);
+      d.state = a[static_cast<size_t>(q)];
+      db[static_cast<size_t>(q)] = d;
+      db[static_cast<size_t>(q)].state = b[static_cast<size_t>(q)];
+      first += kq + 1;
+    }
+    if (!drafts) continue;
+    const model::DraftOutput xa = eager.run_draft(da, all_rows_home(seqs), 0), xb = graphed.run_draft(db, all_rows_home(seqs), 0);
+    for (int64_t q = 0; q < seqs; ++q) {
+      drafts_differing += !same_finite_bits(xa.logits.raw.row(q), xb.logits.raw.row(q), static_cast<size_t>(vocab)) ||
+                          !same_finite_bits(xa.streams.row(q), xb.streams.row(q), static_cast<size_t>(width));
+      ++draft_rows;
+      // One chained position from the layer's own output, dropped again afterwards (as the drafter drops the
+      // positions a chain drafted past the verified ones).
+      for (auto* chunks : {&da, &db}) {
+        model::DraftChunk& d = (*chunks)[static_cast<size_t>(q)];
+        d.streams = Mat(1, width);
+        std::copy(xa.streams.row(q), xa.streams.row(q) + width, d.streams.v.begin());
+        d.tokens = {argmax(xa.logits.raw.row(q), vocab)};
+      }
+    }
+    const model::DraftOutput ya = eager.run_draft(da, all_rows_home(seqs), 0), yb = graphed.run_draft(db, all_rows_home(seqs), 0);
+    for (int64_t q = 0; q < seqs; ++q) {
+      drafts_differing += !same_finite_bits(ya.logits.raw.row(q), yb.logits.raw.row(q), static_cast<size_t>(vocab)) ||
+                          !same_finite_bits(ya.streams.row(q), yb.streams.row(q), static_cast<size_t>(width));
+      ++draft_rows;
+      for (SequenceState* st : {a[static_cast<size_t>(q)], b[static_cast<size_t>(q)]})
+        st->rollback_mtp(0, st->mtp_tokens[0] - 1);
+    }
+  }
+  const int64_t replayed = graphed.steps_replayed() - replayed_before;
+  // Shapes: n = 7 (the rotations), 9, and the drafts' catch-up sizes, each run once eagerly and once captured.
+  const int64_t recorded_steps = steps * (drafts ? 3 : 1);
+  const bool ok = differing == 0 && streams_differing == 0 && drafts_differing == 0 && eager.steps_replayed() == 0 &&
+                  replayed >= recorded_steps / 2;
+  failures += !ok;
+  std::printf("%-16s %-4s CUDA graphs vs eager, verify steps (3 sequences, 1 + k rows, k in 0..3, drafts rolled back): "
+              "%lld/%lld logits rows and %lld/%lld kept streams differ in any bit; MTP draft rows %lld/%lld differ%s; "
+              "%lld of %lld steps replayed  %s\n",
+              name.c_str(), precision_name(precision), static_cast<long long>(differing), static_cast<long long>(rows),
+              static_cast<long long>(streams_differing), static_cast<long long>(stream_rows),
+              static_cast<long long>(drafts_differing), static_cast<long long>(draft_rows),
+              drafts ? "" : " (no MTP layer)", static_cast<long long>(replayed),
+              static_cast<long long>(recorded_steps), ok ? "PASS" : "FAIL");
+}
+
 // State snapshots (state_snapshot.h) on the device: a CUDA state after a 300-token prefill, restored into a fresh
 // CUDA state of the same model, decodes to the very same logits bits and writes the same snapshot afterwards. The
 // CPU model must refuse it: another device and arithmetic give other numbers, hence another fingerprint.
@@ -895,6 +1029,7 @@ int main(int argc, char** argv) {
                       "checkpoints without MTP layers)\n", name.c_str(), precision_name(bar.precision));
           guarded(name, bar, "stream rows", [&] { check_stream_rows(name, dir, bar, cpu); });
           guarded(name, bar, "MTP draft", [&] { check_mtp_draft(name, bar, cpu, gpu); });
+          guarded(name, bar, "verify graphs", [&] { check_verify_graphs(name, dir, bar.precision); });
           continue;
         }
         for (const int64_t len : {1, 4, 129, 530}) check_sequence(name, bar, cpu, gpu, len, 0, len == 530 ? 32 : 4);
@@ -902,6 +1037,7 @@ int main(int argc, char** argv) {
         check_sequence(name, bar, cpu, gpu, 530, 64, 4);
         check_batch(name, bar, cpu, gpu);
         check_graphs(name, dir, bar.precision);
+        guarded(name, bar, "verify graphs", [&] { check_verify_graphs(name, dir, bar.precision); });
         check_snapshot_guarded(name, cpu, gpu);
         check_rollback_guarded(name, dir, bar);
         check_prefix_cache_guarded(name, gpu);

@@ -74,11 +74,16 @@ void CudaBackend::begin_step(const Step& step) {
   graph_ = nullptr;
   const StepRows& r = step.rows;
   const int64_t n = r.rows(), chunks = r.chunks();
-  // The shape of a decode step (every chunk one token, only its logits): what its recording depends on.
-  bool decode = true;
-  for (int64_t c = 0; c < chunks; ++c) decode = decode && r.count[c] == 1 && !(*step.chunks)[static_cast<size_t>(c)].all_logits;
-  // The stream rows it keeps are part of it: the recording gathers them (keep_rows) from the row list uploaded here.
-  std::vector<int64_t> shape{n, static_cast<int64_t>(step.stream_rows.size())};
+  // Steps of short chunks are recorded (step_graphs.h): decode steps, a decode with its drafts to verify, an MTP
+  // draft step's catch-up and chain. Their shape is what the kernels' arguments depend on: the rows, the chunks, the
+  // logits rows, the stream rows kept (the recording gathers them, keep_rows, from the row list uploaded here), the
+  // host input's size (an MTP draft's streams), and the bounds below. Which chunk has how many rows is not part of
+  // it: every kernel reads that from the rows uploaded here.
+  bool short_chunks = true;
+  for (int64_t c = 0; c < chunks; ++c) short_chunks = short_chunks && r.count[c] <= StepGraphs::kMaxChunkRows;
+  std::vector<int64_t> shape{n, static_cast<int64_t>(step.stream_rows.size()), chunks,
+                             static_cast<int64_t>(r.logits_rows.size()),
+                             step.input ? static_cast<int64_t>(step.input->v.size()) : -1};
 
   UploadPack pack;
   auto ints = [](const std::vector<int64_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); };
@@ -100,6 +105,8 @@ void CudaBackend::begin_step(const Step& step) {
   const size_t at_wanted = pack.add(std::vector<int32_t>(r.logits_rows.begin(), r.logits_rows.end()));
   kept_ = &step.stream_rows;
   const size_t at_kept = pack.add(std::vector<int32_t>(step.stream_rows.begin(), step.stream_rows.end()));
+  input_ = step.input;
+  const size_t at_input = input_ ? pack.add(input_->v) : 0;
 
   // Token blocks: each chunk's block table (Forward::run made sure it holds this step's), padded to a bound,
   // uploaded once; every compressor's entries sit at its own offset in those blocks
@@ -174,12 +181,13 @@ void CudaBackend::begin_step(const Step& step) {
   state_ = reinterpret_cast<float* const*>(at(at_state));
   wanted_device_ = reinterpret_cast<const int32_t*>(at(at_wanted));
   kept_device_ = reinterpret_cast<const int32_t*>(at(at_kept));
+  input_device_ = input_ ? reinterpret_cast<float*>(at(at_input)) : nullptr;
   for (EntryTable& t : tables_)
     if (t.arena) t.pages = reinterpret_cast<const int32_t*>(at(blocks_at));
   for (auto& [rate, w] : work_) w.first = reinterpret_cast<const int32_t*>(at(work_at.at(rate)));
   routed_active_ = scratch_.alloc<int32_t>(std::max<int64_t>(1, layers));
 
-  if (decode && graphs_ && graphs_->enabled() && !(clock_ && clock_->on())) graph_ = &graphs_->entry(shape);
+  if (short_chunks && graphs_ && graphs_->enabled() && !(clock_ && clock_->on())) graph_ = &graphs_->entry(shape);
 }
 
 bool CudaBackend::replay_step(Tensor& logits, Tensor& kept) {
@@ -269,6 +277,8 @@ Mat CudaBackend::to_host(const Tensor& x) {
 
 CudaBackend::Tensor CudaBackend::from_host(const Mat& host) {
   const OpClock::Scope timed_op_(clock_, "from_host", rows_.rows, stream_);
+  // The step's own input went up with its rows (begin_step): the tensor is that upload, which a recording keeps.
+  if (&host == input_) return {input_device_, host.rows, host.cols};
   not_recordable("from_host");
   Tensor x = tensor(host.rows, host.cols);
   // From pageable memory the copy is staged before the call returns, so `host` may go away after it.

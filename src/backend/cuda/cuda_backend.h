@@ -293,6 +293,8 @@ class CudaBackend {
   const int32_t* wanted_device_ = nullptr;
   const std::vector<int64_t>* kept_ = nullptr;  // the step's stream rows (Step::stream_rows), and their device copy
   const int32_t* kept_device_ = nullptr;
+  const Mat* input_ = nullptr;            // the step's host input (Step::input), and its upload
+  float* input_device_ = nullptr;
   StepGraphs* graphs_ = nullptr;
   StepGraphs::Entry* graph_ = nullptr;   // this decode step's shape, or null
   bool capturing_ = false;

@@ -1,5 +1,8 @@
 // The CUDA ForwardRunner: forward.h over CudaBackend, with the weights on the GPU and each sequence's fixed state in
 // one device block.
+#include <map>
+#include <memory>
+
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_copies.h"
@@ -48,8 +51,8 @@ class CudaRunner : public ForwardRunner {
     return out;
   }
   // An MTP draft step (forward.h's Forward::draft): the backend sees the states through the MTP layer's one-layer
-  // view of their fixed blocks (mtp_view_layout), so the layer ops read and write the MTP ring. Run eagerly: a
-  // draft's input streams come from the host (from_host), which a recording cannot hold.
+  // view of their fixed blocks (mtp_view_layout), so the layer ops read and write the MTP ring. Recorded like a
+  // decode step (its input streams go up with the rows), in each MTP layer's own recordings: the layout differs.
   DraftOutput run_draft(std::vector<DraftChunk>& chunks, const LogitsStage& stage, int64_t mtp_layer) override {
     const StateLayout& view = p_.mtp_views.at(static_cast<size_t>(mtp_layer));
     cuda::CudaBackend backend(weights_, gemm_, scratch_, view, p_.cfg, {&p_.rope_main, &p_.rope_compress}, stream_,
@@ -58,11 +61,19 @@ class CudaRunner : public ForwardRunner {
     backend.set_upload_staging(&upload_staging_);
     backend.set_mask_staging(&mask_staging_);
     backend.set_batch_invariant(batch_invariant_);
+    std::unique_ptr<cuda::StepGraphs>& graphs = draft_graphs_[mtp_layer];
+    if (!graphs) graphs = std::make_unique<cuda::StepGraphs>(graphs_.enabled());
+    backend.set_graphs(graphs.get());
     return Forward<cuda::CudaBackend>(p_.cfg, p_.w, p_.rope_main, p_.rope_compress, backend)
         .draft(chunks, mtp_layer, view, stage);
   }
   std::vector<int64_t> routed_experts_last_forward() const override { return routed_; }
-  int64_t steps_replayed() const override { return graphs_.replays(); }
+  // Main and draft steps.
+  int64_t steps_replayed() const override {
+    int64_t n = graphs_.replays();
+    for (const auto& [layer, graphs] : draft_graphs_) n += graphs->replays();
+    return n;
+  }
 
   std::shared_ptr<float> allocate_state(int64_t floats) override {
     float* d = nullptr;
@@ -169,7 +180,8 @@ class CudaRunner : public ForwardRunner {
   cuda::HostStaging upload_staging_;  // and for each step's uploads
   cuda::HostStaging mask_staging_;    // and for its allowed-token masks (late: after the forward is queued)
   cuda::StagedCopier state_copies_;   // state to and from host memory (prefix cache, snapshots)
-  cuda::StepGraphs graphs_;           // recorded decode steps (step_graphs.h)
+  cuda::StepGraphs graphs_;           // recorded steps (step_graphs.h)
+  std::map<int64_t, std::unique_ptr<cuda::StepGraphs>> draft_graphs_;  // recorded draft steps, per MTP layer
   cudaStream_t stream_ = nullptr;
   cuda::OpClock clock_;
   bool batch_invariant_ = false;  // --batch-invariant (CudaSwitches)

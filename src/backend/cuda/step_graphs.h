@@ -1,11 +1,15 @@
 #pragma once
-// Decode steps as CUDA graphs. A decode step (every sequence adds one token) is a few hundred small kernels whose
-// arguments depend only on the step's shape: the number of rows, how many of them keep their last-layer streams
-// (LogitsStage::stream_rows: the recording gathers them from a row list begin_step uploads), and bounds that
+// Steps as CUDA graphs. A decode step (every sequence adds one token), a decode step verifying drafts (a sequence
+// adds its token and up to a few drafts, every row a logits row) and an MTP draft step are a few hundred small
+// kernels whose arguments depend only on the step's shape: the number of rows, chunks and logits rows, how many rows
+// keep their last-layer streams (LogitsStage::stream_rows: the recording gathers them from a row list begin_step
+// uploads), the size of a host input (an MTP draft's streams, uploaded with the rows), and bounds that
 // CudaBackend::begin_step rounds up (most entries any sequence has, page-table width, windows that may close) so
-// that they change every few hundred tokens, not every step. Everything that does change per step (positions, tokens, page lists, which windows close)
-// is uploaded by begin_step into the same scratch addresses before the body runs. So a step whose shape was seen
-// before replays the kernels recorded for it: one launch instead of hundreds, no gaps between them on the GPU.
+// that they change every few hundred tokens, not every step. Everything that does change per step (positions,
+// tokens, which chunk has how many rows, page lists, which windows close, the host input) is uploaded by begin_step
+// into the same scratch addresses before the body runs. So a step whose shape was seen before replays the kernels
+// recorded for it: one launch instead of hundreds, no gaps between them on the GPU. Steps with a longer chunk
+// (prefill) run eagerly: their shapes rarely repeat.
 //
 // A shape is run eagerly the first time (it grows the scratch arena and cuBLASLt's plan cache, and tells whether
 // every op it takes can be recorded), captured the second time, and replayed from then on.
@@ -47,6 +51,8 @@ class StepGraphs {
   void count_replay() { ++replays_; }
 
   static constexpr size_t kMaxEntries = 512;
+  // The longest chunk of a recorded step: a token and up to 8 drafts (--speculative-tokens), or a draft's catch-up.
+  static constexpr int64_t kMaxChunkRows = 16;
 
  private:
   void clear();

@@ -115,37 +115,47 @@ class Forward {
       as_chunks.push_back({ch.tokens, &views[c], ch.all_logits});
     }
     Step step{make_step_rows(cfg_, as_chunks, 1), &as_chunks};
+    // The layer's output streams of the logits rows are kept like a main step's stream rows, so that a recorded
+    // draft (CUDA graphs) gives them as the body does.
+    step.stream_rows = step.rows.logits_rows;
     // A reduced draft vocabulary (draft_vocabulary.h): the logits' columns are its ids.
     const WeightRef& head = w_.draft_head.data ? w_.draft_head : w_.head;
     check_stage(stage, static_cast<int64_t>(step.rows.logits_rows.size()), head.rows);
     if (!stage.stream_rows.empty())
       fail("MTP draft: the sampling stage asks for ", stage.stream_rows.size(),
            " stream rows; a draft step's output streams are DraftOutput::streams (its logits rows')");
-    b_.begin_step(step);
-    // Not recorded (a draft has no replay), but the body's first kernels (a GPU's RoPE rows) are queued here.
-    b_.begin_recording(false);
-    // The streams of every row, one stream per row ([rows·hc, d]: the same floats as [rows, hc·d]).
+    // The streams of every row, one stream per row ([rows·hc, d]: the same floats as [rows, hc·d]): the step's
+    // input, which begin_step uploads with the rows (a GPU then records the draft like a decode step).
     Mat host(step.rows.rows() * hc, d);
     for (size_t c = 0; c < chunks.size(); ++c)
       std::copy(chunks[c].streams.v.begin(), chunks[c].streams.v.end(),
                 host.row(step.rows.first[static_cast<int64_t>(c)] * hc));
-    Tensor h = b_.from_host(host);
-    b_.rms_norm_rows(h, &m.hnorm, cfg_.rms_norm_eps);
-    Tensor e = b_.embed(w_.embed, step.rows.tokens, 1);
-    b_.rms_norm_rows(e, &m.enorm, cfg_.rms_norm_eps);
-    Tensor streams = b_.join_streams(b_.linear(h, m.h_proj), b_.linear(e, m.e_proj), hc);
-    b_.begin_layer();
-    layer(m.block, AttentionType::Sliding, 0, streams, step);
-    b_.end_layer();
-    Tensor y = b_.hyper_head(m.hc_head_fn, m.hc_head_base, m.hc_head_scale, streams, step.rows.logits_rows, cfg_);
-    b_.rms_norm_rows(y, &m.norm, cfg_.rms_norm_eps);
-    Tensor logits = b_.linear(y, head);
-    b_.end_recording(logits, Tensor{});
-    DraftOutput out;
-    out.streams = b_.rows_to_host(streams, step.rows.logits_rows);
+    step.input = &host;
+    b_.begin_step(step);
+    Tensor logits;
+    Tensor kept;
+    if (!b_.replay_step(logits, kept)) {
+      b_.begin_recording(false);
+      Tensor h = b_.from_host(host);
+      b_.rms_norm_rows(h, &m.hnorm, cfg_.rms_norm_eps);
+      Tensor e = b_.embed(w_.embed, step.rows.tokens, 1);
+      b_.rms_norm_rows(e, &m.enorm, cfg_.rms_norm_eps);
+      Tensor streams = b_.join_streams(b_.linear(h, m.h_proj), b_.linear(e, m.e_proj), hc);
+      b_.begin_layer();
+      layer(m.block, AttentionType::Sliding, 0, streams, step);
+      b_.end_layer();
+      kept = b_.keep_rows(streams, step.stream_rows);
+      Tensor y = b_.hyper_head(m.hc_head_fn, m.hc_head_base, m.hc_head_scale, streams, step.rows.logits_rows, cfg_);
+      b_.rms_norm_rows(y, &m.norm, cfg_.rms_norm_eps);
+      logits = b_.linear(y, head);
+      b_.end_recording(logits, kept);
+    }
     for (size_t c = 0; c < chunks.size(); ++c)
       chunks[c].state->mtp_tokens[static_cast<size_t>(i)] += static_cast<int64_t>(chunks[c].tokens.size());
-    out.logits = sampling_stage(logits, stage, step);
+    DraftOutput out;
+    out.logits = sampling_stage(logits, stage, step, &kept);
+    out.streams = std::move(out.logits.streams);
+    out.logits.streams = Mat();
     return out;
   }
 

@@ -45,6 +45,9 @@ struct Step {
   // Step rows whose last-layer streams the step keeps (LogitsStage::stream_rows): part of a step's shape, since a
   // recorded step (CUDA graphs) must keep them as the body does.
   std::vector<int64_t> stream_rows = {};
+  // A step whose first tensor comes from the host (an MTP draft's hidden streams, [rows·hc, hidden]): a backend
+  // uploads it with the rows, and from_host of this very Mat returns that upload (so the body can be recorded).
+  const Mat* input = nullptr;
   SequenceState& state(int64_t chunk) const { return *(*chunks)[static_cast<size_t>(chunk)].state; }
 };
 
