@@ -31,12 +31,16 @@ options:
                    its text; special-token spellings inside the conversation stay plain text
   --pieces         print the prompt as a JSON array of pieces, {"text": ..., "control": true|false}: control
                    pieces are the tokens the encoder inserted, everything else is text from the request
+  --encoding E     v4 (default: DeepSeek-V4's encoding_dsv4) or v4.1 (DeepSeek-V4.1's encoding_dsv41: the
+                   <｜System｜> token, a numeric reasoning_effort — low, high, xhigh, max or 1-100, default high =
+                   50 — and spaced DSML tags; docs/chat_encoding_v41.md)
 
 Without --ids or --pieces, prints the prompt exactly (UTF-8, no newline added).
 
 examples (from the repository root):
   echo '{"messages": [{"role": "user", "content": "Hi"}], "chat_template_kwargs": {"thinking": true}}' > /tmp/req.json
   strata chat-template --request /tmp/req.json
+  strata chat-template --request /tmp/req.json --encoding v4.1
   strata chat-template --model models/demo --request /tmp/req.json --ids
 )";
 
@@ -52,7 +56,7 @@ std::string read_request(const std::string& path) {
 }  // namespace
 
 int chat_template_command(const std::vector<std::string>& argv) {
-  const Args args(argv, {"model", "request"}, {"help", "ids", "pieces"});
+  const Args args(argv, {"model", "request", "encoding"}, {"help", "ids", "pieces"});
   if (args.has("help")) {
     std::fputs(kHelp, stdout);
     return 0;
@@ -61,10 +65,16 @@ int chat_template_command(const std::vector<std::string>& argv) {
   const std::string path = args.required("request");
   if (args.has("ids") && !args.has("model")) fail("option --ids needs --model DIR (the tokenizer comes from there)");
 
+  text::ChatEncoding encoding = text::ChatEncoding::kV4;
+  if (args.has("encoding")) {
+    const std::string name = args.str("encoding");
+    if (name == "v4.1") encoding = text::ChatEncoding::kV41;
+    else if (name != "v4") fail("option --encoding: expected v4 or v4.1, found '", name, "'");
+  }
   const std::string body = read_request(path);
   std::vector<text::PromptPiece> pieces;
   try {
-    pieces = text::encode_chat_v4_text(body);
+    pieces = text::encode_chat(text::parse_chat_request_body(body), encoding);
   } catch (const Error& e) {
     fail(path == "-" ? "standard input" : path, ": ", e.what());
   }

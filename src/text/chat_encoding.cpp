@@ -90,16 +90,24 @@ void sort_tool_results(std::vector<Turn>& turns) {
   }
 }
 
-long last_user_index(const std::vector<Turn>& turns) {
+// A turn after which the assistant's turn opens: a user or developer turn, and in V4.1 a system turn other than
+// the first (a mid-conversation system message counts as the user's, find_last_user_index).
+bool asks(const std::vector<Turn>& turns, size_t i, ChatEncoding encoding) {
+  const ChatRole role = turns[i].role;
+  return role == ChatRole::kUser || role == ChatRole::kDeveloper ||
+         (encoding == ChatEncoding::kV41 && role == ChatRole::kSystem && i > 0);
+}
+
+long last_user_index(const std::vector<Turn>& turns, ChatEncoding encoding) {
   for (size_t i = turns.size(); i-- > 0;)
-    if (turns[i].role == ChatRole::kUser || turns[i].role == ChatRole::kDeveloper) return static_cast<long>(i);
+    if (asks(turns, i, encoding)) return static_cast<long>(i);
   return -1;
 }
 
 // _drop_thinking_messages: before the last user/developer turn, assistant turns lose their reasoning and
 // developer turns disappear.
-std::vector<Turn> drop_old_thinking(std::vector<Turn> turns) {
-  const long last_user = last_user_index(turns);
+std::vector<Turn> drop_old_thinking(std::vector<Turn> turns, ChatEncoding encoding) {
+  const long last_user = last_user_index(turns, encoding);
   std::vector<Turn> kept;
   for (size_t i = 0; i < turns.size(); ++i) {
     Turn& turn = turns[i];
@@ -123,30 +131,36 @@ constexpr std::string_view kReasoningEffortMax =
     "Explicitly write out your entire deliberation process, documenting every intermediate step, considered "
     "alternative, and rejected hypothesis to ensure absolutely no assumption is left unchecked.\n\n";
 
-// TOOLS_TEMPLATE, before and after {tool_schemas}.
-constexpr std::string_view kToolsHead = R"TPL(## Tools
+// DSML tag names: V4 writes <｜DSML｜tool_calls>, <｜DSML｜invoke ...>, <｜DSML｜parameter ...>; V4.1 puts a space
+// before each name and calls the block " calls" (encoding_dsv41's tool_calls_block_name and tag names).
+struct DsmlNames {
+  std::string_view calls, invoke, parameter;
+};
+constexpr DsmlNames kV4Names{"tool_calls", "invoke", "parameter"};
+constexpr DsmlNames kV41Names{" calls", " invoke", " parameter"};
 
-You have access to a set of tools to help answer the user's question. You can invoke tools by writing a "<｜DSML｜tool_calls>" block like the following:
-
-<｜DSML｜tool_calls>
-<｜DSML｜invoke name="$TOOL_NAME">
-<｜DSML｜parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</｜DSML｜parameter>
-...
-</｜DSML｜invoke>
-<｜DSML｜invoke name="$TOOL_NAME2">
-...
-</｜DSML｜invoke>
-</｜DSML｜tool_calls>
-
-String parameters should be specified as is and set `string="true"`. For all other types (numbers, booleans, arrays, objects), pass the value in JSON format and set `string="false"`.
-
-If thinking_mode is enabled (triggered by <think>), you MUST output your complete reasoning inside <think>...</think> BEFORE any tool calls or final response.
-
-Otherwise, output directly after </think> with tool calls or final response.
-
-### Available Tool Schemas
-
-)TPL";
+// TOOLS_TEMPLATE before {tool_schemas}, its {dsml_token}, tag names and {thinking_*_token} fields filled in.
+std::string tools_head(const DsmlNames& n) {
+  const std::string calls = cat("<｜DSML｜", n.calls, ">"), invoke = cat("｜DSML｜", n.invoke),
+                    parameter = cat("｜DSML｜", n.parameter);
+  return cat("## Tools\n\nYou have access to a set of tools to help answer the user's question. You can invoke tools by "
+             "writing a \"", calls, "\" block like the following:\n\n",
+             calls, "\n",
+             "<", invoke, " name=\"$TOOL_NAME\">\n",
+             "<", parameter, " name=\"$PARAMETER_NAME\" string=\"true|false\">$PARAMETER_VALUE</", parameter, ">\n",
+             "...\n",
+             "</", invoke, ">\n",
+             "<", invoke, " name=\"$TOOL_NAME2\">\n",
+             "...\n",
+             "</", invoke, ">\n",
+             "</｜DSML｜", n.calls, ">\n\n",
+             "String parameters should be specified as is and set `string=\"true\"`. For all other types (numbers, "
+             "booleans, arrays, objects), pass the value in JSON format and set `string=\"false\"`.\n\n"
+             "If thinking_mode is enabled (triggered by <think>), you MUST output your complete reasoning inside "
+             "<think>...</think> BEFORE any tool calls or final response.\n\n"
+             "Otherwise, output directly after </think> with tool calls or final response.\n\n"
+             "### Available Tool Schemas\n\n");
+}
 constexpr std::string_view kToolsTail =
     "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.\n";
 
@@ -155,6 +169,7 @@ constexpr std::string_view kResponseFormatHead =
 
 class PromptBuilder {
  public:
+  explicit PromptBuilder(const std::vector<std::string_view>& spellings) : spellings_(spellings) {}
   // Conversation text: never a control token, whatever it spells.
   void text(std::string_view s) {
     if (s.empty()) return;
@@ -167,7 +182,7 @@ class PromptBuilder {
     size_t start = 0;
     for (size_t i = 0; i < s.size();) {
       const std::string_view* hit = nullptr;
-      for (const std::string_view& spelling : v4_control_spellings())
+      for (const std::string_view& spelling : spellings_)
         if (s.substr(i, spelling.size()) == spelling) hit = &spelling;
       if (!hit) {
         ++i;
@@ -183,11 +198,12 @@ class PromptBuilder {
   std::vector<PromptPiece> take() { return std::move(pieces_); }
 
  private:
+  const std::vector<std::string_view>& spellings_;  // the encoding's control tokens
   std::vector<PromptPiece> pieces_;
 };
 
-void render_tools(PromptBuilder& out, const ojson& tools) {
-  out.markup(kToolsHead);
+void render_tools(PromptBuilder& out, const ojson& tools, const DsmlNames& names) {
+  out.markup(tools_head(names));
   for (size_t i = 0; i < tools.size(); ++i) {
     if (i > 0) out.text("\n");
     out.text(python_json_dumps(tools[i]));
@@ -197,42 +213,61 @@ void render_tools(PromptBuilder& out, const ojson& tools) {
 
 // encode_arguments_to_dsml: one parameter line per argument; strings raw with string="true", everything else as
 // JSON with string="false".
-void render_tool_call(PromptBuilder& out, const ChatToolCall& call) {
-  out.markup("<｜DSML｜invoke name=\"");
+void render_tool_call(PromptBuilder& out, const ChatToolCall& call, const DsmlNames& names) {
+  out.markup(cat("<｜DSML｜", names.invoke, " name=\""));
   out.text(call.name);
   out.markup("\">\n");
   bool first = true;
   for (const auto& [key, value] : call.arguments.items()) {
     if (!first) out.text("\n");
     first = false;
-    out.markup("<｜DSML｜parameter name=\"");
+    out.markup(cat("<｜DSML｜", names.parameter, " name=\""));
     out.text(key);
     out.markup(value.is_string() ? "\" string=\"true\">" : "\" string=\"false\">");
     out.text(value.is_string() ? value.get_ref<const std::string&>() : python_json_dumps(value));
-    out.markup("</｜DSML｜parameter>");
+    out.markup(cat("</｜DSML｜", names.parameter, ">"));
   }
-  out.markup("\n</｜DSML｜invoke>");
+  out.markup(cat("\n</｜DSML｜", names.invoke, ">"));
 }
 
 struct RenderContext {
   const std::vector<Turn>& turns;
   bool thinking;
   bool drop_thinking;
-  ReasoningEffort effort;
+  const ChatRequestOptions& options;
+  ChatEncoding encoding;
 };
 
+// V4.1's first turn (render_message, index 0): in thinking mode the reasoning budget, under the system token;
+// otherwise the system token when the turn is the system's. V4's: the max-effort preamble in thinking mode.
+void render_first_turn_prefix(PromptBuilder& out, const RenderContext& ctx) {
+  if (ctx.encoding == ChatEncoding::kV4) {
+    if (ctx.thinking && ctx.options.reasoning_effort == ReasoningEffort::kMax) out.text(kReasoningEffortMax);
+    return;
+  }
+  if (ctx.thinking) {
+    out.control(v41_tokens::kSystem);
+    out.text(cat("Reasoning Effort: ", ctx.options.reasoning_budget,
+                 " (range 1-100, the higher the value, the more thorough the reasoning)\n\n"));
+  } else if (ctx.turns.front().role == ChatRole::kSystem) {
+    out.control(v41_tokens::kSystem);
+  }
+}
+
 // render_message: one turn, then — when the next turn is the assistant's or this is the last turn — the
-// assistant prefix after a user/developer turn.
+// assistant prefix after a user/developer turn (and in V4.1 after a system turn other than the first).
 void render_turn(PromptBuilder& out, const RenderContext& ctx, size_t index) {
   const Turn& turn = ctx.turns[index];
-  const long last_user = last_user_index(ctx.turns);
-  if (index == 0 && ctx.thinking && ctx.effort == ReasoningEffort::kMax) out.text(kReasoningEffortMax);
+  const long last_user = last_user_index(ctx.turns, ctx.encoding);
+  const DsmlNames& names = ctx.encoding == ChatEncoding::kV41 ? kV41Names : kV4Names;
+  if (index == 0) render_first_turn_prefix(out, ctx);
   switch (turn.role) {
     case ChatRole::kSystem:
+      if (index > 0 && ctx.encoding == ChatEncoding::kV41) out.control(v41_tokens::kSystem);
       out.text(turn.content);
       if (turn.tools && !turn.tools->empty()) {
         out.text("\n\n");
-        render_tools(out, *turn.tools);
+        render_tools(out, *turn.tools, names);
       }
       if (turn.response_format && truthy(*turn.response_format)) {
         out.text("\n\n");
@@ -262,12 +297,12 @@ void render_turn(PromptBuilder& out, const RenderContext& ctx, size_t index) {
       out.text(turn.content);
       if (!turn.tool_calls.empty()) {
         out.text("\n\n");
-        out.markup("<｜DSML｜tool_calls>\n");
+        out.markup(cat("<｜DSML｜", names.calls, ">\n"));
         for (size_t i = 0; i < turn.tool_calls.size(); ++i) {
           if (i > 0) out.text("\n");
-          render_tool_call(out, turn.tool_calls[i]);
+          render_tool_call(out, turn.tool_calls[i], names);
         }
-        out.markup("\n</｜DSML｜tool_calls>");
+        out.markup(cat("\n</｜DSML｜", names.calls, ">"));
       }
       out.control(v4_tokens::kEos);
       break;
@@ -275,7 +310,7 @@ void render_turn(PromptBuilder& out, const RenderContext& ctx, size_t index) {
       fail("internal: tool results must be merged into user turns before rendering");
   }
   if (index + 1 < ctx.turns.size() && ctx.turns[index + 1].role != ChatRole::kAssistant) return;
-  if (turn.role == ChatRole::kUser || turn.role == ChatRole::kDeveloper) {
+  if (asks(ctx.turns, index, ctx.encoding)) {
     out.control(v4_tokens::kAssistant);
     const bool open_thinking =
         ctx.thinking && (!ctx.drop_thinking || static_cast<long>(index) >= last_user);
@@ -283,7 +318,7 @@ void render_turn(PromptBuilder& out, const RenderContext& ctx, size_t index) {
   }
 }
 
-std::vector<PromptPiece> encode(const ChatRequest& request) {
+std::vector<PromptPiece> encode(const ChatRequest& request, ChatEncoding encoding) {
   std::vector<ChatMessage> messages = request.messages;
   const bool has_tools = !request.tools.empty();
   // Tools and the response format go into a leading system message, created empty when there is none.
@@ -296,11 +331,11 @@ std::vector<PromptPiece> encode(const ChatRequest& request) {
   // With tools in the prompt, every turn keeps its reasoning (the agent loop needs it); otherwise thinking mode
   // drops what came before the last user turn.
   const bool drop_thinking = !has_tools;
-  if (request.options.thinking && drop_thinking) turns = drop_old_thinking(std::move(turns));
+  if (request.options.thinking && drop_thinking) turns = drop_old_thinking(std::move(turns), encoding);
 
-  PromptBuilder out;
+  PromptBuilder out(control_spellings(encoding));
   out.control(v4_tokens::kBos);
-  const RenderContext ctx{turns, request.options.thinking, drop_thinking, request.options.reasoning_effort};
+  const RenderContext ctx{turns, request.options.thinking, drop_thinking, request.options, encoding};
   for (size_t i = 0; i < turns.size(); ++i) render_turn(out, ctx, i);
   return out.take();
 }
@@ -314,8 +349,21 @@ const std::vector<std::string_view>& v4_control_spellings() {
   return spellings;
 }
 
+const std::vector<std::string_view>& control_spellings(ChatEncoding encoding) {
+  static const std::vector<std::string_view> v41 = [] {
+    std::vector<std::string_view> all = v4_control_spellings();
+    all.push_back(v41_tokens::kSystem);
+    return all;
+  }();
+  return encoding == ChatEncoding::kV41 ? v41 : v4_control_spellings();
+}
+
+std::vector<PromptPiece> encode_chat(const nlohmann::ordered_json& request, ChatEncoding encoding) {
+  return encode(read_chat_request(request, encoding), encoding);
+}
+
 std::vector<PromptPiece> encode_chat_v4(const nlohmann::ordered_json& request) {
-  return encode(read_chat_request(request));
+  return encode_chat(request, ChatEncoding::kV4);
 }
 
 std::vector<PromptPiece> encode_chat_v4_text(std::string_view request_body) {

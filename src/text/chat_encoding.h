@@ -56,6 +56,22 @@ inline constexpr std::string_view kDsml = "｜DSML｜";  // DSML tags are "<" + 
 // All of the above, in that order.
 const std::vector<std::string_view>& v4_control_spellings();
 
+// What DeepSeek-V4.1's encoder (`encoding_dsv41`) adds: the system token, written before a leading system message
+// (or the reasoning budget) and before every system message after it. V4.1 keeps V4's other tokens; its DSML tags
+// are "<｜DSML｜ calls>", "<｜DSML｜ invoke ...>", "<｜DSML｜ parameter ...>" (a space before each name).
+namespace v41_tokens {
+inline constexpr std::string_view kSystem = "<｜System｜>";
+}  // namespace v41_tokens
+// The control spellings of `encoding`: V4's, and for V4.1 the system token too.
+const std::vector<std::string_view>& control_spellings(ChatEncoding encoding);
+
+// The prompt in `encoding`. V4.1 differs from V4 in (docs/chat_encoding_v41.md):
+//   <｜begin▁of▁sentence｜>[<｜System｜>Reasoning Effort: N (range 1-100, ...)\n\n]  (thinking mode; N = budget)
+//   [<｜System｜>]{system}[\n\n## Tools ... spaced DSML tags ...]                  (<｜System｜> once at the start)
+//   <｜User｜>...<｜Assistant｜>...[<｜System｜>{mid-conversation system}<｜Assistant｜><think>]
+// and a system message after the first opens the assistant's turn like a user message.
+std::vector<PromptPiece> encode_chat(const nlohmann::ordered_json& request, ChatEncoding encoding);
+
 // Reads an OpenAI chat-completions request body (text/chat_request.h: messages, tools, tool_choice,
 // response_format, reasoning_effort, chat_template_kwargs.thinking) and renders the V4 prompt. Bad requests throw
 // strata::Error naming the field (e.g. "messages[2].tool_calls[0].function.arguments: not valid JSON ...").

@@ -241,8 +241,37 @@ void parse_response_format(const ojson& request, ChatRequest& out) {
   out.options.json_response = true;
 }
 
-void parse_reasoning_options(const ojson& request, ChatRequestOptions& options) {
-  if (const ojson* effort = member(request, "reasoning_effort")) {
+// V4.1 (encoding_dsv41's render_reasoning_effort): "low", "high", "xhigh", "max" or an integer budget 1–100;
+// absent or null is "high". Anything else — OpenAI's "medium", "minimal" and "none" among it — is refused as the
+// reference refuses it, since no budget says what they would mean.
+void parse_reasoning_budget(const ojson& request, ChatRequestOptions& options) {
+  const ojson* effort = member(request, "reasoning_effort");
+  if (!effort || effort->is_null()) return;
+  if (effort->is_number_integer()) {
+    const bool fits = effort->is_number_unsigned()
+                          ? effort->get<uint64_t>() >= 1 && effort->get<uint64_t>() <= 100
+                          : effort->get<int64_t>() >= 1 && effort->get<int64_t>() <= 100;
+    if (!fits) fail("reasoning_effort: expected an integer from 1 to 100, found ", effort->dump());
+    options.reasoning_budget = static_cast<int>(effort->get<int64_t>());
+    return;
+  }
+  if (!effort->is_string())
+    fail("reasoning_effort: expected \"low\", \"high\", \"xhigh\", \"max\" or an integer from 1 to 100, found ",
+         kind(*effort));
+  const std::string& s = effort->get_ref<const std::string&>();
+  if (s == "low") options.reasoning_budget = 25;
+  else if (s == "high") options.reasoning_budget = 50;
+  else if (s == "xhigh") options.reasoning_budget = 75;
+  else if (s == "max") options.reasoning_budget = 100;
+  else
+    fail("reasoning_effort: DeepSeek-V4.1 takes \"low\", \"high\", \"xhigh\", \"max\" or an integer from 1 to 100, "
+         "found \"", s, "\"");
+}
+
+void parse_reasoning_options(const ojson& request, ChatRequestOptions& options, ChatEncoding encoding) {
+  if (encoding == ChatEncoding::kV41) {
+    parse_reasoning_budget(request, options);
+  } else if (const ojson* effort = member(request, "reasoning_effort")) {
     const std::string& s = need_string(*effort, "reasoning_effort");
     if (s == "max" || s == "xhigh") options.reasoning_effort = ReasoningEffort::kMax;
     else if (s == "high" || s == "medium" || s == "low") options.reasoning_effort = ReasoningEffort::kHigh;
@@ -262,7 +291,7 @@ void parse_reasoning_options(const ojson& request, ChatRequestOptions& options) 
 
 }  // namespace
 
-ChatRequest read_chat_request(const nlohmann::ordered_json& request) {
+ChatRequest read_chat_request(const nlohmann::ordered_json& request, ChatEncoding encoding) {
   if (!request.is_object()) fail("request: expected a JSON object, found ", kind(request));
   ChatRequest out;
   const ojson* messages = member(request, "messages");
@@ -274,12 +303,12 @@ ChatRequest read_chat_request(const nlohmann::ordered_json& request) {
   parse_tools(request, out);
   parse_tool_choice(request, out.options);
   parse_response_format(request, out);
-  parse_reasoning_options(request, out.options);
+  parse_reasoning_options(request, out.options, encoding);
   return out;
 }
 
-ChatRequestOptions chat_request_options(const nlohmann::ordered_json& request) {
-  return read_chat_request(request).options;
+ChatRequestOptions chat_request_options(const nlohmann::ordered_json& request, ChatEncoding encoding) {
+  return read_chat_request(request, encoding).options;
 }
 
 nlohmann::ordered_json parse_chat_request_body(std::string_view body) { return parse_json(body, "request"); }

@@ -19,6 +19,10 @@
 
 namespace strata::text {
 
+// The prompt format a request is rendered in (text/chat_encoding.h): DeepSeek-V4's `encoding_dsv4` or
+// DeepSeek-V4.1's `encoding_dsv41`. The two read `reasoning_effort` differently, so reading a request takes it.
+enum class ChatEncoding { kV4, kV41 };
+
 // `reasoning_effort` as the V4 encoder knows it: only kMax changes the prompt (a preamble in thinking mode).
 enum class ReasoningEffort { kDefault, kHigh, kMax };
 enum class ToolChoice { kAuto, kNone, kRequired, kFunction };
@@ -27,6 +31,9 @@ enum class ToolChoice { kAuto, kNone, kRequired, kFunction };
 struct ChatRequestOptions {
   bool thinking = false;  // chat_template_kwargs.thinking (or .enable_thinking): "<think>" vs "</think>"
   ReasoningEffort reasoning_effort = ReasoningEffort::kDefault;
+  // V4.1's numeric budget, 1–100 ("Reasoning Effort: N" in thinking mode): low 25, high 50 (the default), xhigh 75,
+  // max 100, or the integer given. Read only for ChatEncoding::kV41.
+  int reasoning_budget = 50;
   std::vector<std::string> tool_names;          // tools[i].function.name, in order
   ToolChoice tool_choice = ToolChoice::kAuto;   // kNone when there are no tools and tool_choice is absent
   std::string tool_choice_function;             // the forced function's name for kFunction
@@ -58,11 +65,12 @@ struct ChatRequest {
   bool has_response_format = false;
 };
 
-// Validates the request body and returns it normalized.
-ChatRequest read_chat_request(const nlohmann::ordered_json& request);
+// Validates the request body and returns it normalized, reading reasoning_effort as `encoding` does.
+ChatRequest read_chat_request(const nlohmann::ordered_json& request, ChatEncoding encoding = ChatEncoding::kV4);
 
-// Validates the request and returns its options (read_chat_request(request).options).
-ChatRequestOptions chat_request_options(const nlohmann::ordered_json& request);
+// Validates the request and returns its options (read_chat_request(request, encoding).options).
+ChatRequestOptions chat_request_options(const nlohmann::ordered_json& request,
+                                        ChatEncoding encoding = ChatEncoding::kV4);
 
 // The request body's text as JSON. Malformed JSON is a strata::Error ("request: not valid JSON (...)"), and so is
 // an integer beyond 64 bits: nlohmann would keep it only as a rounded double where Python's json keeps it exact,

@@ -62,6 +62,8 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "chat"
 DEFAULT_REFERENCE = ROOT / ".deps" / "reference" / "encoding_dsv4.py"
+FIXTURES_V41 = ROOT / "tests" / "fixtures" / "chat_v41"
+DEFAULT_REFERENCE_V41 = ROOT / ".deps" / "reference" / "encoding_dsv41.py"
 
 
 class BadRequest(ValueError):
@@ -161,8 +163,18 @@ def _reasoning_effort(request):
     raise BadRequest("reasoning_effort: unknown value")
 
 
-def to_reference_inputs(request):
-    """An OpenAI request body -> (messages, kwargs) for encoding_dsv4.encode_messages."""
+def _reasoning_budget(request):
+    """V4.1 (encoding_dsv41): the value goes to the reference as given; it maps low/high/xhigh/max and checks
+    integers itself. Only what JSON cannot say the same way in both languages is refused here: a bool is not an
+    int budget (Python's type(True) is bool, so the reference refuses it too)."""
+    effort = request.get("reasoning_effort")
+    if isinstance(effort, bool) or isinstance(effort, float):
+        raise BadRequest("reasoning_effort: expected a string or an integer")
+    return effort
+
+
+def to_reference_inputs(request, encoding="v4"):
+    """An OpenAI request body -> (messages, kwargs) for encoding_dsv4.encode_messages (or encoding_dsv41's)."""
     raw = request.get("messages")
     if not isinstance(raw, list) or not raw:
         raise BadRequest("messages: expected a non-empty array")
@@ -183,8 +195,8 @@ def to_reference_inputs(request):
 
     kwargs = request.get("chat_template_kwargs") or {}
     thinking = bool(kwargs.get("thinking", False)) or bool(kwargs.get("enable_thinking", False))
-    return messages, {"thinking_mode": "thinking" if thinking else "chat",
-                      "reasoning_effort": _reasoning_effort(request)}
+    effort = _reasoning_budget(request) if encoding == "v41" else _reasoning_effort(request)
+    return messages, {"thinking_mode": "thinking" if thinking else "chat", "reasoning_effort": effort}
 
 
 def load_reference(path):
@@ -196,21 +208,27 @@ def load_reference(path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reference", type=pathlib.Path, default=DEFAULT_REFERENCE)
+    parser.add_argument("--encoding", choices=["v4", "v41"], default="v4",
+                        help="v41: SGLang's encoding_dsv41.py (DeepSeek-V4.1) at .deps/reference/encoding_dsv41.py, "
+                             "fixtures in tests/fixtures/chat_v41")
+    parser.add_argument("--reference", type=pathlib.Path, default=None)
     parser.add_argument("--check", action="store_true", help="compare with expected/*.txt instead of writing")
     args = parser.parse_args()
+    fixtures = FIXTURES_V41 if args.encoding == "v41" else FIXTURES
+    if args.reference is None:
+        args.reference = DEFAULT_REFERENCE_V41 if args.encoding == "v41" else DEFAULT_REFERENCE
     if not args.reference.is_file():
         sys.exit(f"reference encoder not found at {args.reference} (see this script's docstring)")
     reference = load_reference(args.reference)
 
-    requests = sorted((FIXTURES / "requests").glob("*.json"))
-    (FIXTURES / "expected").mkdir(exist_ok=True)
+    requests = sorted((fixtures / "requests").glob("*.json"))
+    (fixtures / "expected").mkdir(exist_ok=True)
     differences = 0
     for path in requests:
         request = load_json(path.read_text(encoding="utf-8"))
-        messages, kwargs = to_reference_inputs(request)
+        messages, kwargs = to_reference_inputs(request, args.encoding)
         prompt = reference.encode_messages(messages, **kwargs)
-        target = FIXTURES / "expected" / (path.stem + ".txt")
+        target = fixtures / "expected" / (path.stem + ".txt")
         if args.check:
             if not target.is_file() or target.read_bytes() != prompt.encode("utf-8"):
                 print(f"DIFFERENT: {target.relative_to(ROOT)}")
