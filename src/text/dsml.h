@@ -57,6 +57,19 @@ inline constexpr std::string_view kOpenPrefix = "<｜DSML｜";  // any DSML tag
 inline constexpr std::string_view kClosePrefix = "</｜DSML｜";
 static_assert(kOpenPrefix.size() == 11 && kEndOfSentence.size() == 27, "source must be read as UTF-8");
 
+// The tags of one encoding's tool calls. V4 (above); DeepSeek-V4.1 (`encoding_dsv41`) puts a space before each tag
+// name and calls the block " calls": <｜DSML｜ calls>, <｜DSML｜ invoke name="...">, <｜DSML｜ parameter ...>. The
+// grammar is the same otherwise (docs/chat_encoding_v41.md).
+struct Tags {
+  std::string_view tool_calls_open, tool_calls_open_after_text, tool_calls_close, invoke_open, invoke_close,
+      parameter_open, parameter_close;
+};
+inline constexpr Tags kV4Tags{kToolCallsOpen, kToolCallsOpenAfterText, kToolCallsClose, kInvokeOpen,
+                              kInvokeClose,   kParameterOpen,          kParameterClose};
+inline constexpr Tags kV41Tags{"<｜DSML｜ calls>",  "\n\n<｜DSML｜ calls>",  "</｜DSML｜ calls>",
+                               "<｜DSML｜ invoke", "</｜DSML｜ invoke>",   "<｜DSML｜ parameter",
+                               "</｜DSML｜ parameter>"};
+
 // A tag longer than this is malformed. Names are short (OpenAI caps function names at 64 characters); the bound
 // keeps the text held back while a tag is still incomplete small.
 inline constexpr size_t kMaxTagLength = 512;

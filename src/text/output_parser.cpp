@@ -23,18 +23,27 @@ struct Literal {
 // The literals each state watches for, in priority order: where two may start at the same place, the first wins
 // (so "<｜DSML｜tool_calls>" is tried before the bare "<｜DSML｜" that flags stray markup). Every literal starts
 // with '<' or '\n', which is how find_literal skips plain text quickly.
-constexpr Literal kToolCallsAfterText{dsml::kToolCallsOpenAfterText, Markup::kToolCallsOpen};
-constexpr Literal kToolCalls{dsml::kToolCallsOpen, Markup::kToolCallsOpen};
 constexpr Literal kThinkEnd{dsml::kThinkEnd, Markup::kThinkEnd};
 constexpr Literal kEos{dsml::kEndOfSentence, Markup::kEndOfSentence};
 constexpr Literal kStrayOpen{dsml::kOpenPrefix, Markup::kStrayDsml};
 constexpr Literal kStrayClose{dsml::kClosePrefix, Markup::kStrayDsml};
-constexpr Literal kReasoningWithTools[] = {kToolCallsAfterText, kToolCalls, kThinkEnd, kEos};
-constexpr Literal kReasoningWithoutTools[] = {kThinkEnd, kEos};
-constexpr Literal kContentWithTools[] = {kToolCallsAfterText, kToolCalls, kThinkEnd, kEos, kStrayOpen, kStrayClose};
-constexpr Literal kContentWithoutTools[] = {kThinkEnd, kEos, kStrayOpen, kStrayClose};
-constexpr Literal kParameterValue[] = {{dsml::kParameterClose, Markup::kValueClose}, kEos};
-constexpr Literal kInvokeBody[] = {{dsml::kInvokeClose, Markup::kValueClose}, kEos};
+struct LiteralSets {
+  Literal reasoning_with_tools[4], reasoning_without_tools[2], content_with_tools[6], content_without_tools[4],
+      parameter_value[2], invoke_body[2];
+};
+constexpr LiteralSets literal_sets(const dsml::Tags& t) {
+  const Literal after_text{t.tool_calls_open_after_text, Markup::kToolCallsOpen};
+  const Literal open{t.tool_calls_open, Markup::kToolCallsOpen};
+  return {{after_text, open, kThinkEnd, kEos},
+          {kThinkEnd, kEos},
+          {after_text, open, kThinkEnd, kEos, kStrayOpen, kStrayClose},
+          {kThinkEnd, kEos, kStrayOpen, kStrayClose},
+          {{t.parameter_close, Markup::kValueClose}, kEos},
+          {{t.invoke_close, Markup::kValueClose}, kEos}};
+}
+constexpr LiteralSets kV4Literals = literal_sets(dsml::kV4Tags);
+constexpr LiteralSets kV41Literals = literal_sets(dsml::kV41Tags);
+const LiteralSets& literals_of(ChatEncoding encoding) { return encoding == ChatEncoding::kV41 ? kV41Literals : kV4Literals; }
 
 struct Hit {
   size_t pos = 0;                    // where the literal starts, or text.size() if none does
@@ -89,7 +98,9 @@ const dsml::Attribute* attribute(const dsml::TagParse& tag, std::string_view nam
 }  // namespace
 
 OutputParser::OutputParser(ParserOptions options)
-    : options_(std::move(options)), state_(options_.thinking ? State::kReasoning : State::kContent) {}
+    : options_(std::move(options)),
+      tags_(options_.encoding == ChatEncoding::kV41 ? &dsml::kV41Tags : &dsml::kV4Tags),
+      state_(options_.thinking ? State::kReasoning : State::kContent) {}
 
 OutputDelta OutputParser::push(std::string_view text) {
   if (finished_) fail("OutputParser::push: called after finish()");
@@ -154,9 +165,11 @@ bool OutputParser::step_text(bool at_end) {
 
   std::span<const Literal> literals;
   if (state_ == State::kReasoning) {
-    literals = options_.tools_enabled ? std::span<const Literal>(kReasoningWithTools) : kReasoningWithoutTools;
+    literals = options_.tools_enabled ? std::span<const Literal>(literals_of(options_.encoding).reasoning_with_tools)
+                                      : literals_of(options_.encoding).reasoning_without_tools;
   } else if (state_ == State::kContent) {
-    literals = options_.tools_enabled ? std::span<const Literal>(kContentWithTools) : kContentWithoutTools;
+    literals = options_.tools_enabled ? std::span<const Literal>(literals_of(options_.encoding).content_with_tools)
+                                      : literals_of(options_.encoding).content_without_tools;
   }
   const Hit hit = find_literal(rest, literals, at_end);
   size_t plain = hit.pos;
@@ -215,7 +228,7 @@ bool OutputParser::step_after_tool_calls(bool at_end) {
     after_tool_calls_ = false;
     return false;
   }
-  for (const std::string_view markup : {dsml::kEndOfSentence, dsml::kToolCallsOpen}) {
+  for (const std::string_view markup : {dsml::kEndOfSentence, tags_->tool_calls_open}) {
     const Match m = dsml::match(next, markup);
     if (m == Match::kPartial && !at_end) return false;
     if (m == Match::kFull) {
@@ -245,21 +258,21 @@ bool OutputParser::step_markup(bool at_end) {
 }
 
 bool OutputParser::step_tool_calls_tag(std::string_view rest, bool at_end) {
-  const Match close = dsml::match(rest, dsml::kToolCallsClose);
+  const Match close = dsml::match(rest, tags_->tool_calls_close);
   if (close == Match::kFull) {
-    pos_ += dsml::kToolCallsClose.size();
+    pos_ += tags_->tool_calls_close.size();
     state_ = State::kContent;
     after_tool_calls_ = true;
     spaces_after_tool_calls_ = 0;
     return true;
   }
   if (close == Match::kPartial && !at_end) return false;
-  if (dsml::match(rest, dsml::kInvokeOpen) == Match::kNone) {
+  if (dsml::match(rest, tags_->invoke_open) == Match::kNone) {
     abandon_tool_calls(cat("expected <｜DSML｜invoke name=\"...\"> or </｜DSML｜tool_calls>, found '",
-                           dsml::excerpt(decisive_prefix(rest, {dsml::kToolCallsClose, dsml::kInvokeOpen})), "'"));
+                           dsml::excerpt(decisive_prefix(rest, {tags_->tool_calls_close, tags_->invoke_open})), "'"));
     return true;
   }
-  dsml::TagParse tag = dsml::parse_open_tag(rest, dsml::kInvokeOpen);
+  dsml::TagParse tag = dsml::parse_open_tag(rest, tags_->invoke_open);
   if (tag.status == dsml::TagStatus::kIncomplete) {
     if (!at_end) return false;
     abandon_tool_calls(cat("unterminated tag '", dsml::excerpt(rest), "'"));
@@ -281,9 +294,9 @@ bool OutputParser::step_tool_calls_tag(std::string_view rest, bool at_end) {
 }
 
 bool OutputParser::step_invoke_tag(std::string_view rest, bool at_end) {
-  const Match close = dsml::match(rest, dsml::kInvokeClose);
+  const Match close = dsml::match(rest, tags_->invoke_close);
   if (close == Match::kFull) {
-    pos_ += dsml::kInvokeClose.size();
+    pos_ += tags_->invoke_close.size();
     end_call();
     state_ = State::kToolCalls;
     return true;
@@ -294,17 +307,17 @@ bool OutputParser::step_invoke_tag(std::string_view rest, bool at_end) {
     state_ = State::kJsonBody;
     return true;
   }
-  if (dsml::match(rest, dsml::kParameterOpen) == Match::kNone) {
+  if (dsml::match(rest, tags_->parameter_open) == Match::kNone) {
     abandon_tool_calls(cat(
         "expected <｜DSML｜parameter name=\"...\" string=\"true|false\"> or </｜DSML｜invoke> in call '", call_.name,
-        "', found '", dsml::excerpt(decisive_prefix(rest, {dsml::kInvokeClose, dsml::kParameterOpen})), "'"));
+        "', found '", dsml::excerpt(decisive_prefix(rest, {tags_->invoke_close, tags_->parameter_open})), "'"));
     return true;
   }
   if (call_.arguments_done) {
     abandon_tool_calls(cat("a parameter follows the JSON object in call '", call_.name, "'"));
     return true;
   }
-  dsml::TagParse tag = dsml::parse_open_tag(rest, dsml::kParameterOpen);
+  dsml::TagParse tag = dsml::parse_open_tag(rest, tags_->parameter_open);
   if (tag.status == dsml::TagStatus::kIncomplete) {
     if (!at_end) return false;
     abandon_tool_calls(cat("unterminated tag '", dsml::excerpt(rest), "'"));
@@ -333,7 +346,7 @@ bool OutputParser::step_value(bool at_end) {
   const std::string_view rest = std::string_view(buffer_).substr(pos_);
   if (rest.empty()) return false;
   const Hit hit =
-      find_literal(rest, state_ == State::kJsonBody ? std::span<const Literal>(kInvokeBody) : kParameterValue, at_end);
+      find_literal(rest, state_ == State::kJsonBody ? std::span<const Literal>(literals_of(options_.encoding).invoke_body) : literals_of(options_.encoding).parameter_value, at_end);
   size_t plain = hit.pos;
   if (state_ == State::kStringValue) {
     if (hit.literal == nullptr && !at_end) plain -= dsml::incomplete_utf8_suffix(rest.substr(0, plain));

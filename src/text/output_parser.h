@@ -27,6 +27,9 @@
 #include <string_view>
 #include <vector>
 
+#include "text/chat_request.h"
+#include "text/dsml.h"
+
 namespace strata::text {
 
 // One piece of one tool call. A call's first piece carries its id and name (and whatever of the arguments arrived
@@ -55,6 +58,8 @@ struct ParserOptions {
   // Tool call ids are this prefix followed by the call's index ("call_0", "call_1", ...). A server should make it
   // unique per response (e.g. "call_<request id>_") so ids stay unique across the turns of a conversation.
   std::string tool_call_id_prefix = "call_";
+  // The tool-call tags the model writes: V4's, or DeepSeek-V4.1's spaced ones (dsml::kV41Tags).
+  ChatEncoding encoding = ChatEncoding::kV4;
 };
 
 class OutputParser {
@@ -115,6 +120,7 @@ class OutputParser {
   void warn(std::string message);
 
   ParserOptions options_;
+  const dsml::Tags* tags_;  // the encoding's tool-call tags
   State state_;
   bool after_tool_calls_ = false;       // whitespace right after a block is markup if only EOS or a block follows
   size_t spaces_after_tool_calls_ = 0;  // how much of it was seen already
