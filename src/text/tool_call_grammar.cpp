@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "text/dsml.h"
 #include "text/grammar/ebnf_parser.h"
 #include "text/grammar/json_schema_to_grammar.h"
 
@@ -41,9 +42,10 @@ std::string prefixed_rules(const std::string& ebnf, const std::string& prefix, s
 
 // One parameter's value: raw text (string="true") or JSON text following its schema (string="false").
 std::string parameter_rule(const std::string& tool, const std::string& name, const ojson& schema,
-                           const std::string& prefix, std::string& rules) {
+                           const std::string& prefix, const dsml::Tags& tags, std::string& rules) {
   const bool is_string = schema.is_object() && schema.value("type", ojson()).is_string() && schema["type"] == "string";
-  std::string open = "\"<｜DSML｜parameter name=\\\"\" " + literal(name) + " \"\\\" string=\\\"";
+  const std::string open = cat("\"", tags.parameter_open, " name=\\\"\" ", literal(name), " \"\\\" string=\\\"");
+  const std::string close = cat(" \"", tags.parameter_close, "\\n\"");
   if (is_string) {
     std::string value = "raw-text";
     std::vector<std::string> values;
@@ -56,7 +58,7 @@ std::string parameter_rule(const std::string& tool, const std::string& name, con
       for (size_t i = 0; i < values.size(); ++i) value += (i ? " | " : "") + literal(values[i]);
       value += ")";
     }
-    return open + "true\\\">\" " + value + " \"</｜DSML｜parameter>\\n\"";
+    return open + "true\\\">\" " + value + close;
   }
   std::string root;
   try {
@@ -64,12 +66,13 @@ std::string parameter_rule(const std::string& tool, const std::string& name, con
   } catch (const GrammarError& e) {
     throw GrammarError(cat("function ", tool, ", parameter ", name, ": ", e.what()), e.line(), e.column());
   }
-  return open + "false\\\">\" " + root + " \"</｜DSML｜parameter>\\n\"";
+  return open + "false\\\">\" " + root + close;
 }
 
 }  // namespace
 
 std::string tool_call_ebnf(const ojson& tools, const ToolCallGrammarOptions& options) {
+  const dsml::Tags& tags = options.encoding == ChatEncoding::kV41 ? dsml::kV41Tags : dsml::kV4Tags;
   std::string rules, invokes;
   int index = 0;
   for (const ojson& tool : tools) {
@@ -77,7 +80,7 @@ std::string tool_call_ebnf(const ojson& tools, const ToolCallGrammarOptions& opt
     const std::string name = function.at("name").get<std::string>();
     if (options.choice == ToolCallGrammarOptions::kFunction && name != options.function) continue;
     const std::string prefix = cat("t", index, "-");
-    std::string body = "\"<｜DSML｜invoke name=\\\"\" " + literal(name) + " \"\\\">\\n\"";
+    std::string body = cat("\"", tags.invoke_open, " name=\\\"\" ", literal(name), " \"\\\">\\n\"");
     const ojson parameters = function.value("parameters", ojson::object());
     const ojson properties = parameters.is_object() ? parameters.value("properties", ojson::object()) : ojson::object();
     std::vector<std::string> required;
@@ -87,11 +90,11 @@ std::string tool_call_ebnf(const ojson& tools, const ToolCallGrammarOptions& opt
     if (!properties.is_object() || properties.empty()) body += " \"\\n\"";  // the encoder's empty invoke
     int p = 0;
     for (const auto& [key, schema] : properties.items()) {
-      const std::string param = parameter_rule(name, key, schema, cat(prefix, "p", p++, "-"), rules);
+      const std::string param = parameter_rule(name, key, schema, cat(prefix, "p", p++, "-"), tags, rules);
       const bool needed = std::find(required.begin(), required.end(), key) != required.end();
       body += needed ? " " + param : " (" + param + ")?";
     }
-    body += " \"</｜DSML｜invoke>\"";
+    body += cat(" \"", tags.invoke_close, "\"");
     rules += cat("tool-", index, " ::= ", body, "\n");
     invokes += cat(invokes.empty() ? "" : " | ", "tool-", index);
     ++index;
@@ -103,7 +106,7 @@ std::string tool_call_ebnf(const ojson& tools, const ToolCallGrammarOptions& opt
     out += "root ::= raw-text ( \"\\n\\n\" calls )?\n";
   else
     out += "root ::= \"\\n\\n\"? calls\n";
-  out += "calls ::= \"<｜DSML｜tool_calls>\\n\" " + calls + " \"\\n</｜DSML｜tool_calls>\"\n";
+  out += cat("calls ::= \"", tags.tool_calls_open, "\\n\" ", calls, " \"\\n", tags.tool_calls_close, "\"\n");
   out += "invoke ::= " + invokes + "\n";
   out += "raw-text ::= [^\\uff5c]*\n";
   return out + rules;

@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "text/chat_request.h"
+
 namespace strata::text {
 
 struct ToolCallGrammarOptions {
@@ -26,6 +28,7 @@ struct ToolCallGrammarOptions {
   Choice choice = kAuto;  // auto: text, then optionally calls; required / function: a call block only
   std::string function;   // kFunction: the one function that may be called
   bool parallel = true;   // false: exactly one call in the block
+  ChatEncoding encoding = ChatEncoding::kV4;  // the tags' spelling: V4's, or DeepSeek-V4.1's spaced ones
 };
 
 // `tools`: the request's tools array ([{"type": "function", "function": {"name", "parameters"}}], checked by

@@ -97,3 +97,31 @@ TEST(ToolCallGrammar, UnsupportedParameterSchemaNamesTheToolAndParameter) {
 
 }  // namespace
 }  // namespace strata::text
+
+namespace strata::text {
+namespace {
+
+// DeepSeek-V4.1 (ToolCallGrammarOptions::encoding): the V4.1 encoder's spaced tags are a sentence, V4's are not, and
+// the V4 grammar refuses the V4.1 spelling.
+TEST(ToolCallGrammar, V41SpellingAcceptsTheV41EncodersRendering) {
+  ojson request = {{"messages", ojson::array({{{"role", "user"}, {"content", "q"}},
+                                              {{"role", "assistant"}, {"content", ""},
+                                               {"tool_calls", ojson::array({call("get_weather", R"({"city": "Oslo", "unit": "C"})"),
+                                                                            call("now", "{}")})}}})},
+                   {"tools", kTools}};
+  const std::string prompt = render_prompt(encode_chat(request, ChatEncoding::kV41));
+  const size_t start = prompt.rfind("</think>") + std::string("</think>").size();
+  const std::string v41 = prompt.substr(start, prompt.rfind("<｜end▁of▁sentence｜>") - start);
+  ASSERT_NE(v41.find("<｜DSML｜ calls>"), std::string::npos) << v41;
+  ToolCallGrammarOptions options{ToolCallGrammarOptions::kRequired, "", true};
+  options.encoding = ChatEncoding::kV41;
+  const auto g41 = CompiledGrammar::from_ebnf(tool_call_ebnf(kTools, options), byte_vocab());
+  EXPECT_TRUE(accepts(g41, v41)) << v41;
+  const std::string v4 = rendered("", ojson::array({call("get_weather", R"({"city": "Oslo", "unit": "C"})"),
+                                                   call("now", "{}")}));
+  EXPECT_FALSE(accepts(g41, v4));
+  EXPECT_FALSE(accepts(compile({ToolCallGrammarOptions::kRequired, "", true}), v41));
+}
+
+}  // namespace
+}  // namespace strata::text
