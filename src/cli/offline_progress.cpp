@@ -133,6 +133,7 @@ nlohmann::ordered_json summary_json(const OfflineSummary& s) {
                  {"grammar_masks", e.grammar_masks},
                  {"grammar_mask_seconds", e.grammar_mask_seconds},
                  {"grammar_mask_hidden_seconds", e.grammar_mask_hidden_seconds},
+                 {"draft_grammar_masks", e.draft_grammar_masks},
                  {"grammar_mask_us_per_token",
                   e.grammar_masks ? 1e6 * e.grammar_mask_seconds / static_cast<double>(e.grammar_masks) : 0.0}};
   // Speculative decoding: the counts themselves, then the two figures derived from them. "mean_accepted_length" is

@@ -1,6 +1,7 @@
 #include "engine/drafter.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -23,6 +24,7 @@ struct Chain {
   TokenHistory history;  // the sequence's, with the drafts so far
   Mat streams;           // the MTP layer's output streams of the last row
   bool going = true;
+  std::shared_ptr<const model::TokenMask> mask;  // what the grammar allows the next draft to be (null: anything)
 };
 
 }  // namespace
@@ -34,7 +36,22 @@ double residual_uniform(uint64_t seed, uint64_t index) { return stream_uniform(s
 Drafter::Drafter(const model::Model& model, model::StatePool& pool, const SpeculativeConfig& config)
     : model_(model), pool_(pool), cfg_(config) {}
 
-int64_t Drafter::draft(std::vector<DraftJob>& jobs) {
+DraftStats Drafter::draft(std::vector<DraftJob>& jobs) {
+  DraftStats stats;
+  // A constrained chain's next draft is drawn under the grammar after its drafts so far; a chain whose drafts the
+  // grammar refuses (a test's forced draft) or has ended stops: nothing after is ever verified.
+  const auto under_grammar = [&](Chain& ch) {
+    Sequence& s = *ch.job->seq;
+    if (!s.constrained) return true;
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t built = s.constrained->masks_built();
+    auto mask = s.constrained->mask_after(s.spec.tokens);
+    stats.masks += s.constrained->masks_built() - built;
+    stats.mask_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!mask) return false;
+    ch.mask = std::move(*mask);
+    return true;
+  };
   std::vector<Chain> chains;
   std::vector<model::DraftChunk> chunks;
   for (DraftJob& job : jobs) {
@@ -49,15 +66,19 @@ int64_t Drafter::draft(std::vector<DraftJob>& jobs) {
     c.streams = std::move(job.streams);
     for (int64_t p = job.first; p < job.first + c.streams.rows; ++p) c.tokens.push_back(s.token_at(p + 1));
     c.state = &state;
+    chains.push_back({&job, &state, s.history, {}, true, nullptr});
+    if (!under_grammar(chains.back())) {
+      chains.pop_back();
+      continue;
+    }
     chunks.push_back(std::move(c));
-    chains.push_back({&job, &state, s.history, {}, true});
   }
   // Under Verify::Match every draft is the layer's greedy pick (the likeliest to be the row's own draw); only
   // rejection sampling drafts from the distribution.
   const auto greedy_draft = [&](const Sequence& s) {
     return s.params.greedy() || cfg_.verify == SpeculativeConfig::Verify::Match;
   };
-  int64_t proposed = 0;
+  int64_t& proposed = stats.proposed;
   while (!chunks.empty()) {
     // One logits row per chunk (its last). A greedy chain's draft is picked where the logits are, with the pick's
     // probability (its confidence) beside it: only an id and a float come home. A sampled chain needs the whole
@@ -74,12 +95,14 @@ int64_t Drafter::draft(std::vector<DraftJob>& jobs) {
     model::LogitsStage stage;
     for (size_t c = 0; c < going.size(); ++c) {
       const Sequence& s = *going[c]->job->seq;
-      on_device[c] = greedy_draft(s) && (subset.empty() || !s.params.processes_logits());
+      // (A grammar mask indexes the whole vocabulary too, so under a reduced one it is applied here.)
+      on_device[c] = greedy_draft(s) && (subset.empty() || (!s.params.processes_logits() && !going[c]->mask));
       model::LogitsRowRequest req{static_cast<int64_t>(c), !on_device[c], {}, std::nullopt, nullptr};
       if (on_device[c]) {
         if (s.params.processes_logits()) req.penalties = penalties_of(s.params, going[c]->history);
         req.pick = model::TokenPick{};
         req.top_probability = true;
+        req.allowed = going[c]->mask;
       }
       stage.rows.push_back(std::move(req));
     }
@@ -105,6 +128,7 @@ int64_t Drafter::draft(std::vector<DraftJob>& jobs) {
           for (size_t k = 0; k < subset.size(); ++k) work[static_cast<size_t>(subset[k])] = row[k];
         }
         if (s.params.processes_logits()) cpu::apply_penalties(work, penalties_of(s.params, ch.history));
+        if (ch.mask) cpu::apply_mask(work, *ch.mask);
         if (greedy_draft(s)) {
           id = cpu::pick_token(work, model::TokenPick{});
           prob = cpu::top_probability(work);
@@ -141,10 +165,12 @@ int64_t Drafter::draft(std::vector<DraftJob>& jobs) {
     }
     // The next position of each chain still going: the layer's own streams with the token it drafted.
     chunks.clear();
-    for (Chain& ch : chains)
+    for (Chain& ch : chains) {
+      if (ch.going && !under_grammar(ch)) ch.going = false;
       if (ch.going) chunks.push_back({ch.streams, {ch.job->seq->spec.tokens.back()}, ch.state, false});
+    }
   }
-  return proposed;
+  return stats;
 }
 
 }  // namespace strata::engine

@@ -24,6 +24,13 @@ struct DraftJob {
   int64_t max_drafts = 0;
 };
 
+// What one draft() did: drafts proposed, and the grammar masks it built for constrained chains (their cost).
+struct DraftStats {
+  int64_t proposed = 0;
+  int64_t masks = 0;
+  double mask_seconds = 0;
+};
+
 class Drafter {
  public:
   Drafter(const model::Model& model, model::StatePool& pool, const SpeculativeConfig& config);
@@ -33,8 +40,11 @@ class Drafter {
   // state first drops the positions a previous chain drafted past `first` (SequenceState::rollback_mtp); a state
   // behind `first` (a restored prefix, a preempted sequence) skips ahead: the layer is window-only and each position's
   // window row depends only on its own row's input, so the last row still reads a window of computed rows once the
-  // catch-up covers `window` positions. Returns the drafts proposed.
-  int64_t draft(std::vector<DraftJob>& jobs);
+  // catch-up covers `window` positions. A sequence under a grammar (Sequence::constrained) drafts under it: each
+  // draft step picks, or draws, among the tokens the grammar allows after the drafts so far
+  // (ConstrainedOutput::mask_after), so a chain goes on through forced structure instead of being cut at the first
+  // draft the grammar refuses; verification is unchanged (its rows are masked the same way).
+  DraftStats draft(std::vector<DraftJob>& jobs);
 
  private:
   const model::Model& model_;

@@ -376,8 +376,11 @@ std::vector<TokenEvent> Engine::step() {
     if (s.spec.enabled) collect_streams(s, span, o, jobs);
   }
   if (!jobs.empty()) {
-    const int64_t proposed = drafter_.draft(jobs);
-    totals_.speculative.drafted += proposed;
+    const DraftStats drafted = drafter_.draft(jobs);
+    totals_.speculative.drafted += drafted.proposed;
+    totals_.grammar_masks += drafted.masks;  // built after the step, for the draft steps: never hidden behind a forward
+    totals_.draft_grammar_masks += drafted.masks;
+    totals_.grammar_mask_seconds += drafted.mask_seconds;
     for (DraftJob& job : jobs) job.seq->spec.counts.drafted += static_cast<int64_t>(job.seq->spec.tokens.size());
   }
   totals_.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();

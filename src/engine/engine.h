@@ -69,6 +69,8 @@ struct EngineStats {
   // the CPU backend, where the forward has run before).
   int64_t grammar_masks = 0;
   double grammar_mask_seconds = 0, grammar_mask_hidden_seconds = 0;
+  // Of grammar_masks, those built for MTP draft steps (engine/drafter.h: constrained chains draft under the grammar).
+  int64_t draft_grammar_masks = 0;
   // Prefill/decode disaggregation: states handed out (prefill side); states restored at admission, and those that
   // could not be (their tokens were computed here instead) (decode side).
   int64_t exported_states = 0, imported_states = 0, import_failures = 0;

@@ -100,6 +100,30 @@ size_t ConstrainedOutput::allowed_prefix(std::span<const int32_t> drafts) {
   return done.size();
 }
 
+std::optional<std::shared_ptr<const model::TokenMask>> ConstrainedOutput::mask_after(std::span<const int32_t> drafts) {
+  std::vector<Advance> done;
+  bool refused = false;
+  for (int32_t d : drafts) {
+    const std::optional<Advance> a = terminated() ? std::nullopt : advance(d);
+    if (!a) {
+      refused = true;
+      break;
+    }
+    done.push_back(*a);
+  }
+  // Past the grammar's end nothing may follow (the sequence stops there): no mask, as for a refused draft.
+  std::optional<std::shared_ptr<const model::TokenMask>> out;
+  if (!refused && !terminated() && (!active_ || !matcher_)) {
+    out = free_mask_;  // before the grammar starts: all but the banned (null: all)
+  } else if (!refused && !terminated()) {
+    auto mask = std::make_shared<model::TokenMask>();
+    fill(*mask);
+    out = std::move(mask);
+  }
+  for (auto it = done.rbegin(); it != done.rend(); ++it) undo(*it);
+  return out;
+}
+
 std::vector<std::shared_ptr<const model::TokenMask>> ConstrainedOutput::masks_after(std::span<const int32_t> drafts,
                                                                                    size_t count) {
   std::vector<std::shared_ptr<const model::TokenMask>> masks;

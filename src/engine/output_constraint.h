@@ -45,6 +45,10 @@ class ConstrainedOutput {
   // rows after each of the first `count` drafts — row j + 1 of the verify span picks with drafts 0..j accepted.
   // Both leave this position as it was.
   size_t allowed_prefix(std::span<const int32_t> drafts);
+  // The tokens a draft after `drafts` may be (the MTP layer drafts under the grammar, so that chains go on through
+  // forced structure); nullopt when the constraint refuses one of `drafts`, a null mask when nothing constrains that
+  // position. Leaves this position as it was.
+  std::optional<std::shared_ptr<const model::TokenMask>> mask_after(std::span<const int32_t> drafts);
   std::vector<std::shared_ptr<const model::TokenMask>> masks_after(std::span<const int32_t> drafts, size_t count);
   // The grammar accepted its end (eos): nothing may follow.
   bool terminated() const { return matcher_ && matcher_->is_terminated(); }

@@ -488,8 +488,8 @@ std::shared_ptr<const OutputConstraint> letters_constraint(int64_t vocab, const 
 }
 
 // Constrained sequences speculate: each verify row picks under the grammar state after the drafts before it, and
-// the greedy output is the plain constrained decode's — with the random MTP head's drafts (mostly outside the
-// grammar: not verified), and with the target's own continuation spoiled at every fifth position by a letter the
+// the greedy output is the plain constrained decode's — with the random MTP head's drafts (drafted under the
+// grammar: all verified), and with the target's own continuation spoiled at every fifth position by a letter the
 // grammar allows there (verified and rejected) and at others by a token it never allows (not verified).
 TEST_F(SpeculativeEngine, ConstrainedGreedyOutputIsIdenticalAndDraftsAreVerifiedUnderTheMasks) {
   const auto constraint = letters_constraint(model_->config().vocab_size, "root ::= [a-e]{12} \"z\"");
@@ -512,6 +512,13 @@ TEST_F(SpeculativeEngine, ConstrainedGreedyOutputIsIdenticalAndDraftsAreVerified
     const Run got = run(e);
     EXPECT_EQ(got.tokens, expected.tokens);
     EXPECT_EQ(got.logprobs, expected.logprobs);
+    // The MTP layer drafts under the grammar (engine/drafter.h): every draft is one the grammar allows, so each is
+    // verified (this config verifies every allowed draft); unmasked, the random head's drafts were mostly letters
+    // outside it, cut before verification.
+    const SpeculativeCounts& t = got.stats.speculative;
+    EXPECT_GT(t.drafted, 40);
+    EXPECT_EQ(t.verified, t.drafted);
+    EXPECT_GT(got.stats.draft_grammar_masks, 0);
   }
   EngineConfig c = config(3);
   c.speculative.test_draft = [&](const Sequence& s, std::span<const int32_t> so_far) -> std::optional<int32_t> {
@@ -533,8 +540,11 @@ TEST_F(SpeculativeEngine, ConstrainedGreedyOutputIsIdenticalAndDraftsAreVerified
   EXPECT_LT(t.accepted, t.verified);  // the other letters
   EXPECT_LT(t.verified, t.drafted);   // the never-allowed drafts and what follows them
   // Fewer steps, but a mask for every verify row as well: one per emitted token (and the end), as without drafts,
-  // plus one per rejected draft's row.
-  EXPECT_EQ(got.stats.grammar_masks, expected.stats.grammar_masks + (t.verified - t.accepted));
+  // plus one per rejected draft's row; and the draft steps' own (the chains draft under the grammar, up to the
+  // first forced draft it refuses).
+  EXPECT_GT(got.stats.draft_grammar_masks, 0);
+  EXPECT_EQ(got.stats.grammar_masks,
+            expected.stats.grammar_masks + (t.verified - t.accepted) + got.stats.draft_grammar_masks);
   for (const auto& [key, why] : got.why) EXPECT_EQ(why, FinishReason::Stop) << key;
   EXPECT_EQ(got.stats.used_blocks + got.stats.used_slots, 0);
 }
