@@ -473,7 +473,15 @@ void Engine::collect_streams(Sequence& s, const ScheduledSpan& span, SpanOutput&
   }
   const int64_t remaining = std::min(s.params.max_tokens - static_cast<int64_t>(s.output.size()),
                                      cfg_.max_model_len - s.num_tokens());
-  DraftJob job{&s, d.streams_from, std::move(d.streams), std::min(cfg_.speculative.tokens, remaining - 1)};
+  int64_t max_drafts = std::min(cfg_.speculative.tokens, remaining - 1);
+  if (s.cache && prefix_cache_) {
+    // The prefix cache stages a decode's rows when a step ends exactly on a block boundary (prefix_cache_connector.h):
+    // a verify step whose token and drafts would reach past the next boundary could step over it, and a later hit
+    // would resume at an earlier one. So the drafts stop at the boundary; the step that reaches it takes none.
+    const int64_t block = cfg_.cache->block_tokens(), next_boundary = (s.num_computed / block + 1) * block;
+    max_drafts = std::min(max_drafts, next_boundary - s.num_computed - 1);
+  }
+  DraftJob job{&s, d.streams_from, std::move(d.streams), max_drafts};
   d.streams = Mat();
   d.streams_from = -1;
   if (job.max_drafts > 0) jobs.push_back(std::move(job));

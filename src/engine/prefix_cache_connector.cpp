@@ -6,10 +6,14 @@ namespace strata::engine {
 
 namespace {
 
-// Extends a sequence's block hashes to cover its first `blocks` blocks (its known tokens must reach them).
+// Extends a sequence's block hashes to cover its first `blocks` blocks, as far as its known tokens reach: a verify
+// step's accepted drafts are in the state before they are emitted (the sequence's output takes them after the
+// step's connectors ran), so a block they complete is hashed at the next step, or at the sequence's finish.
 void hash_blocks(Sequence& s, int64_t blocks, int64_t block_tokens) {
   std::vector<model::BlockHash>& h = s.cache->hashes;
   std::vector<int32_t> tokens(static_cast<size_t>(block_tokens));
+  const auto known = static_cast<int64_t>(s.prompt.size() + s.output.size());
+  blocks = std::min(blocks, known / block_tokens);
   for (auto b = static_cast<int64_t>(h.size()); b < blocks; ++b) {
     for (int64_t i = 0; i < block_tokens; ++i) tokens[static_cast<size_t>(i)] = s.token_at(b * block_tokens + i);
     h.push_back(model::next_block_hash(b == 0 ? s.cache->salt : h.back(), tokens.data(), block_tokens));
@@ -52,8 +56,9 @@ void PrefixCacheConnector::after_step(Sequence& s, model::SequenceState& state) 
   const int64_t n = state.num_tokens;
   // Full blocks are published in the state pool under their hashes: a sequence admitted later with the same
   // prefix shares them instead of loading copies.
-  const int64_t full = std::min<int64_t>(n / B, static_cast<int64_t>(state.blocks.size()));
+  int64_t full = std::min<int64_t>(n / B, static_cast<int64_t>(state.blocks.size()));
   if (static_cast<int64_t>(s.cache->hashes.size()) < full) hash_blocks(s, full, B);
+  full = std::min(full, static_cast<int64_t>(s.cache->hashes.size()));
   for (auto i = static_cast<int64_t>(state.block_hashes.size()); i < full; ++i) {
     pool_.blocks().set_hash(state.blocks[static_cast<size_t>(i)], s.cache->hashes[static_cast<size_t>(i)]);
     state.block_hashes.push_back(s.cache->hashes[static_cast<size_t>(i)]);
@@ -76,6 +81,10 @@ void PrefixCacheConnector::on_finish(Sequence& s, const model::SequenceState& st
   if (static_cast<int64_t>(state.blocks.size()) < s.cache->staged_blocks ||
       state.num_tokens < s.cache->staged_blocks * cache_->block_tokens())
     return;  // preempted and not recomputed that far again
+  // The staged boundary's tokens are known now, unless the sequence ended inside the step that reached it (drafts
+  // accepted past its end are in the state but never emitted): then there is nothing to name the entry by.
+  hash_blocks(s, s.cache->staged_blocks, cache_->block_tokens());
+  if (static_cast<int64_t>(s.cache->hashes.size()) < s.cache->staged_blocks) return;
   cache_->save_with_rows(state, s.cache->hashes, s.cache->staged_blocks, std::move(s.cache->staged_rows),
                              s.cache->ttl_seconds);
   s.cache->staged_rows.clear();

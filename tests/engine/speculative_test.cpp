@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "backend/cpu/sampling.h"
+#include "cache/prefix_cache.h"
 #include "core/error.h"
 #include "engine/draft_planner.h"
 #include "engine/engine.h"
@@ -285,6 +286,60 @@ TEST_F(SpeculativeEngine, GreedyOutputIsIdenticalWhenDraftsAreMostlyRight) {
     if (n > 1) {
       EXPECT_GT(t.accepted_at.at(1), 0) << n;
     }
+  }
+}
+
+// With the prefix cache, a decode's rows are staged when a step ends exactly on a block boundary; verify steps
+// advance by 1 + accepted drafts, so the drafts stop at the next boundary (Engine::collect_streams) and a follow-up
+// turn resumes at the last boundary the reply reached, as without speculation. The prompt (101 tokens) is chosen
+// so that steps of 4 (3 drafts, all accepted) would step over the boundary at 128.
+TEST_F(SpeculativeEngine, VerifyStepsStopAtBlockBoundariesSoTheCacheStagesThem) {
+  const int64_t B = model_->state_layout().block_tokens;
+  ASSERT_EQ(B, 128);
+  const std::vector<int32_t> prompt = prompt_of(2, 101);
+  Engine plain(*model_, config(0));
+  plain.add_request("a", prompt, greedy(60));
+  const Run expected = run(plain);
+  const std::vector<int32_t>& reply = expected.tokens.at("a/0");
+  ASSERT_EQ(reply.size(), 60u);
+  std::vector<int32_t> follow_up = prompt;
+  follow_up.insert(follow_up.end(), reply.begin(), reply.end());
+  for (int32_t t : {7, 9, 11}) follow_up.push_back(t);
+
+  cache::CacheConfig cc;
+  cc.store.writer_thread = false;
+  auto shared = std::make_shared<cache::PrefixCache>(*model_, cc);
+  EngineConfig c = config(3);
+  c.cache = shared;
+  c.speculative.test_draft = [&](const Sequence& seq, std::span<const int32_t> so_far) -> std::optional<int32_t> {
+    const size_t at = seq.output.size() + so_far.size();
+    return at < reply.size() ? std::optional<int32_t>(reply[at]) : std::nullopt;
+  };
+  Engine e(*model_, c);
+  e.add_request("a", prompt, greedy(60));
+  const Run got = run(e);
+  EXPECT_EQ(got.tokens, expected.tokens);
+  EXPECT_GT(got.stats.speculative.accepted, 30);  // most steps took 3 drafts
+  // The follow-up on the same cache resumes at 128, the last boundary the 101 + 60 − 1 computed tokens reached.
+  int64_t cached = -1;
+  e.add_request("b", follow_up, greedy(4));
+  for (int guard = 0; e.has_unfinished() && guard < 20000; ++guard)
+    for (const TokenEvent& ev : e.step())
+      if (ev.request_id == "b" && ev.token && cached < 0) cached = ev.cached_tokens;
+  EXPECT_EQ(cached, 128);
+  {
+    auto plain_cache = std::make_shared<cache::PrefixCache>(*model_, cc);
+    EngineConfig pc = config(0);
+    pc.cache = plain_cache;
+    Engine pe(*model_, pc);
+    pe.add_request("a", prompt, greedy(60));
+    run(pe);
+    int64_t pcached = -1;
+    pe.add_request("b", follow_up, greedy(4));
+    for (int guard = 0; pe.has_unfinished() && guard < 20000; ++guard)
+      for (const TokenEvent& ev : pe.step())
+        if (ev.request_id == "b" && ev.token && pcached < 0) pcached = ev.cached_tokens;
+    EXPECT_EQ(pcached, 128) << "without speculation";
   }
 }
 
