@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "test_util.h"
+#include "text/chat_encoding_checks.h"
 #include "text/special_tokens.h"
 #include "text/tokenizer.h"
 
@@ -24,62 +25,19 @@ namespace {
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << "cannot open " << path;
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using testing::controls_of;
+using testing::read_file;
 
-std::vector<std::string> controls_of(const std::vector<PromptPiece>& pieces) {
-  std::vector<std::string> out;
-  for (const PromptPiece& p : pieces)
-    if (p.control) out.push_back(p.text);
-  return out;
-}
-
-// Invariants of every encoding: no empty piece, no two text pieces in a row, control pieces only of the
-// encoder's own spellings.
 void expect_well_formed(const std::vector<PromptPiece>& pieces, const std::string& what) {
-  const auto& spellings = v4_control_spellings();
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    EXPECT_FALSE(pieces[i].text.empty()) << what << ": empty piece " << i;
-    if (i > 0) {
-      EXPECT_FALSE(!pieces[i].control && !pieces[i - 1].control) << what << ": adjacent text pieces at " << i;
-    }
-    if (pieces[i].control) {
-      EXPECT_NE(std::find(spellings.begin(), spellings.end(), pieces[i].text), spellings.end())
-          << what << ": unexpected control piece " << pieces[i].text;
-    }
-  }
+  testing::expect_well_formed(pieces, what, v4_control_spellings());
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Fixtures: OpenAI requests and the prompts tests/reference/chat_reference.py got from the reference encoder.
 
 TEST(ChatEncoding, FixturesMatchReferenceEncoder) {
-  const fs::path dir = fs::path(STRATA_FIXTURES) / "chat";
-  std::vector<fs::path> requests;
-  for (const auto& entry : fs::directory_iterator(dir / "requests"))
-    if (entry.path().extension() == ".json") requests.push_back(entry.path());
-  std::sort(requests.begin(), requests.end());
-  ASSERT_GE(requests.size(), 40u);
-  for (const fs::path& request : requests) {
-    SCOPED_TRACE(request.filename().string());
-    const fs::path expected = dir / "expected" / (request.stem().string() + ".txt");
-    ASSERT_TRUE(fs::exists(expected)) << "run tests/reference/chat_reference.py";
-    const std::vector<PromptPiece> pieces = encode_chat_v4_text(read_file(request));
-    expect_well_formed(pieces, request.stem().string());
-    const std::string prompt = render_prompt(pieces), want = read_file(expected);
-    if (prompt != want) {
-      size_t at = 0;
-      while (at < prompt.size() && at < want.size() && prompt[at] == want[at]) ++at;
-      ADD_FAILURE() << "prompt differs from the reference at byte " << at << "\n got: ..."
-                    << prompt.substr(at > 40 ? at - 40 : 0, 120) << "\nwant: ..."
-                    << want.substr(at > 40 ? at - 40 : 0, 120);
-    }
-  }
+  testing::expect_fixtures_match(fs::path(STRATA_FIXTURES) / "chat", 40, encode_chat_v4_text, v4_control_spellings(),
+                                 "tests/reference/chat_reference.py");
 }
 
 // ---------------------------------------------------------------------------------------------------------------

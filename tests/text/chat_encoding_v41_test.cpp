@@ -5,14 +5,13 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "test_util.h"
 #include "text/chat_encoding.h"
+#include "text/chat_encoding_checks.h"
 
 namespace strata::text {
 namespace {
@@ -20,56 +19,15 @@ namespace {
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << "cannot open " << path;
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using testing::controls_of;
 
 std::vector<PromptPiece> v41(const std::string& body) {
   return encode_chat(parse_chat_request_body(body), ChatEncoding::kV41);
 }
 
-std::vector<std::string> controls_of(const std::vector<PromptPiece>& pieces) {
-  std::vector<std::string> out;
-  for (const PromptPiece& p : pieces)
-    if (p.control) out.push_back(p.text);
-  return out;
-}
-
 TEST(ChatEncodingV41, FixturesMatchReferenceEncoder) {
-  const fs::path dir = fs::path(STRATA_FIXTURES) / "chat_v41";
-  std::vector<fs::path> requests;
-  for (const auto& entry : fs::directory_iterator(dir / "requests"))
-    if (entry.path().extension() == ".json") requests.push_back(entry.path());
-  std::sort(requests.begin(), requests.end());
-  ASSERT_GE(requests.size(), 70u);
-  const std::vector<std::string_view>& spellings = control_spellings(ChatEncoding::kV41);
-  for (const fs::path& request : requests) {
-    SCOPED_TRACE(request.filename().string());
-    const fs::path expected = dir / "expected" / (request.stem().string() + ".txt");
-    ASSERT_TRUE(fs::exists(expected)) << "run tests/reference/chat_reference.py --encoding v41";
-    const std::vector<PromptPiece> pieces = v41(read_file(request));
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      EXPECT_FALSE(pieces[i].text.empty()) << "empty piece " << i;
-      if (i > 0) {
-        EXPECT_FALSE(!pieces[i].control && !pieces[i - 1].control) << "adjacent text pieces at " << i;
-      }
-      if (pieces[i].control) {
-        EXPECT_NE(std::find(spellings.begin(), spellings.end(), pieces[i].text), spellings.end()) << pieces[i].text;
-      }
-    }
-    const std::string prompt = render_prompt(pieces), want = read_file(expected);
-    if (prompt != want) {
-      size_t at = 0;
-      while (at < prompt.size() && at < want.size() && prompt[at] == want[at]) ++at;
-      ADD_FAILURE() << "prompt differs from the reference at byte " << at << "\n got: ..."
-                    << prompt.substr(at > 40 ? at - 40 : 0, 120) << "\nwant: ..."
-                    << want.substr(at > 40 ? at - 40 : 0, 120);
-    }
-  }
+  testing::expect_fixtures_match(fs::path(STRATA_FIXTURES) / "chat_v41", 70, v41, control_spellings(ChatEncoding::kV41),
+                                 "tests/reference/chat_reference.py --encoding v41");
 }
 
 TEST(ChatEncodingV41, SystemTokenAndBudgetArePieces) {
