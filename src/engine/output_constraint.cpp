@@ -87,7 +87,7 @@ void ConstrainedOutput::undo(const Advance& a) {
 
 bool ConstrainedOutput::accept(int32_t token) { return advance(token).has_value(); }
 
-size_t ConstrainedOutput::allowed_prefix(std::span<const int32_t> drafts) {
+std::vector<ConstrainedOutput::Advance> ConstrainedOutput::take(std::span<const int32_t> drafts) {
   std::vector<Advance> done;
   for (int32_t d : drafts) {
     // Past the grammar's end nothing is allowed (only the eos that ended it was).
@@ -96,31 +96,33 @@ size_t ConstrainedOutput::allowed_prefix(std::span<const int32_t> drafts) {
     if (!a) break;
     done.push_back(*a);
   }
+  return done;
+}
+
+void ConstrainedOutput::undo_all(const std::vector<Advance>& done) {
   for (auto it = done.rbegin(); it != done.rend(); ++it) undo(*it);
+}
+
+size_t ConstrainedOutput::allowed_prefix(std::span<const int32_t> drafts) {
+  const std::vector<Advance> done = take(drafts);
+  undo_all(done);
   return done.size();
 }
 
 std::optional<std::shared_ptr<const model::TokenMask>> ConstrainedOutput::mask_after(std::span<const int32_t> drafts) {
-  std::vector<Advance> done;
-  bool refused = false;
-  for (int32_t d : drafts) {
-    const std::optional<Advance> a = terminated() ? std::nullopt : advance(d);
-    if (!a) {
-      refused = true;
-      break;
-    }
-    done.push_back(*a);
-  }
-  // Past the grammar's end nothing may follow (the sequence stops there): no mask, as for a refused draft.
+  const std::vector<Advance> done = take(drafts);
+  // A refused draft, or the grammar's end (the sequence stops there): nothing to draft after.
   std::optional<std::shared_ptr<const model::TokenMask>> out;
-  if (!refused && !terminated() && (!active_ || !matcher_)) {
-    out = free_mask_;  // before the grammar starts: all but the banned (null: all)
-  } else if (!refused && !terminated()) {
-    auto mask = std::make_shared<model::TokenMask>();
-    fill(*mask);
-    out = std::move(mask);
+  if (done.size() == drafts.size() && !terminated()) {
+    if (!active_ || !matcher_) {
+      out = free_mask_;  // before the grammar starts: all but the banned (null: all)
+    } else {
+      auto mask = std::make_shared<model::TokenMask>();
+      fill(*mask);
+      out = std::move(mask);
+    }
   }
-  for (auto it = done.rbegin(); it != done.rend(); ++it) undo(*it);
+  undo_all(done);
   return out;
 }
 
@@ -131,7 +133,7 @@ std::vector<std::shared_ptr<const model::TokenMask>> ConstrainedOutput::masks_af
   for (size_t j = 0; j < std::min(count, drafts.size()); ++j) {
     const std::optional<Advance> a = advance(drafts[j]);
     if (!a) {
-      for (auto it = done.rbegin(); it != done.rend(); ++it) undo(*it);
+      undo_all(done);
       fail("constrained output: draft ", j, " (token ", drafts[j], ") is not allowed here; ask allowed_prefix first");
     }
     done.push_back(*a);
@@ -143,7 +145,7 @@ std::vector<std::shared_ptr<const model::TokenMask>> ConstrainedOutput::masks_af
     fill(*mask);
     masks.push_back(std::move(mask));
   }
-  for (auto it = done.rbegin(); it != done.rend(); ++it) undo(*it);
+  undo_all(done);
   return masks;
 }
 

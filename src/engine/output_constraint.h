@@ -68,6 +68,10 @@ class ConstrainedOutput {
   };
   std::optional<Advance> advance(int32_t token);
   void undo(const Advance& a);
+  // Takes `drafts` in order up to the first the constraint refuses (or the grammar's end); the advances made, for
+  // undo_all to take back.
+  std::vector<Advance> take(std::span<const int32_t> drafts);
+  void undo_all(const std::vector<Advance>& done);
 
   std::shared_ptr<const OutputConstraint> constraint_;
   int64_t vocab_size_;
