@@ -67,6 +67,7 @@ for b in batches:
         per_gpu = s["generated_tokens"] / e["step_seconds"]
         run = {"batch": b, "speculative_tokens": n, "generated_tokens": s["generated_tokens"], "steps": e["steps"],
                "step_seconds": e["step_seconds"], "model_seconds": e["model_seconds"],
+               "draft_seconds": e.get("draft_seconds"),
                "tokens_per_s_per_gpu": per_gpu, "tokens_per_s_per_user": per_gpu / b, "speculative": sp}
         if n:
             run["forced_acceptance"] = float(accept)

@@ -30,7 +30,7 @@ const char* const kCacheOptionsHelp =
 
 const std::set<std::string> kSpeculativeOptions = {"speculative-tokens", "speculative-min-prob",
                                                    "speculative-forced-acceptance", "speculative-step-cost",
-                                                   "speculative-verify"};
+                                                   "speculative-verify", "speculative-catch-up"};
 const char* const kSpeculativeOptionsHelp =
     R"(  --speculative-tokens N     speculative decoding with the model's MTP layer (docs/mtp.md): draft up to N tokens
                              (1..8) ahead and verify them in one forward; 0 = off (default). Greedy output is
@@ -49,6 +49,11 @@ const char* const kSpeculativeOptionsHelp =
                              weights) plus one per row, and a draft row is verified only while it raises the expected
                              tokens per unit of that cost (default 8; large on a GPU, where a decode step is bound by
                              reading the weights and rows are nearly free; "inf" verifies every draft)
+  --speculative-catch-up verified|kept
+                             the MTP layer's catch-up after a verify step runs over every verified row (verified,
+                             the default: the rejected ones as spare rows, so the step has the verify step's shape and
+                             a GPU replays it as one CUDA graph) or over the kept rows only (kept: fewer rows, a
+                             shape per acceptance pattern). The drafts are the same either way
   --speculative-forced-acceptance A
                              BENCHMARKS ONLY: accept each verified draft with probability A instead of checking it
                              against the model (a rejected one becomes the model's token), to time speculation at a
@@ -82,6 +87,12 @@ engine::SpeculativeConfig read_speculative_options(const Args& args) {
     const std::string v = args.str("speculative-verify");
     if (v != "match" && v != "rejection") fail("option --speculative-verify: expected match or rejection, found '", v, "'");
     c.verify = v == "match" ? engine::SpeculativeConfig::Verify::Match : engine::SpeculativeConfig::Verify::Rejection;
+  }
+  if (args.has("speculative-catch-up")) {
+    if (c.tokens == 0) fail("option --speculative-catch-up: needs --speculative-tokens N with N ≥ 1");
+    const std::string v = args.str("speculative-catch-up");
+    if (v != "verified" && v != "kept") fail("option --speculative-catch-up: expected verified or kept, found '", v, "'");
+    c.catch_up_all_rows = v == "verified";
   }
   if (args.has("speculative-step-cost")) {
     if (c.tokens == 0) fail("option --speculative-step-cost: needs --speculative-tokens N with N ≥ 1");

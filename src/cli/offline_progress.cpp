@@ -97,10 +97,10 @@ std::string format_summary(const OfflineSummary& s) {
   if (const engine::SpeculativeCounts& c = e.speculative; c.verify_steps > 0 || c.drafted > 0) {
     std::snprintf(buf, sizeof buf,
                   "speculative:       %lld drafted, %lld verified, %lld accepted (%.1f%%), %lld verify steps, mean "
-                  "accepted length %.2f, %lld emitted, %lld dropped past an end\n",
+                  "accepted length %.2f, %lld emitted, %lld dropped past an end; %.3f s drafting\n",
                   static_cast<long long>(c.drafted), static_cast<long long>(c.verified), static_cast<long long>(c.accepted),
                   100.0 * c.acceptance_rate(), static_cast<long long>(c.verify_steps), c.mean_accepted_length(),
-                  static_cast<long long>(c.emitted), static_cast<long long>(c.truncated));
+                  static_cast<long long>(c.emitted), static_cast<long long>(c.truncated), e.draft_seconds);
     out += buf;
   }
   return out;
@@ -125,6 +125,7 @@ nlohmann::ordered_json summary_json(const OfflineSummary& s) {
                  {"preemptions", e.preemptions},
                  {"step_seconds", e.step_seconds},
                  {"model_seconds", e.model_seconds},
+                 {"draft_seconds", e.draft_seconds},
                  {"outside_model_fraction", e.step_seconds > 0 ? (e.step_seconds - e.model_seconds) / e.step_seconds : 0.0},
                  {"outside_model_us_per_step",
                   e.steps ? 1e6 * (e.step_seconds - e.model_seconds) / static_cast<double>(e.steps) : 0.0},

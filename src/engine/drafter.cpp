@@ -23,6 +23,7 @@ struct Chain {
   model::SequenceState* state;
   TokenHistory history;  // the sequence's, with the drafts so far
   Mat streams;           // the MTP layer's output streams of the last row
+  int64_t spare = 0;     // spare rows of its catch-up (DraftJob::spare), dropped from the MTP ring once it ran
   bool going = true;
   std::shared_ptr<const model::TokenMask> mask;  // what the grammar allows the next draft to be (null: anything)
 };
@@ -65,8 +66,18 @@ DraftStats Drafter::draft(std::vector<DraftJob>& jobs) {
     model::DraftChunk c;
     c.streams = std::move(job.streams);
     for (int64_t p = job.first; p < job.first + c.streams.rows; ++p) c.tokens.push_back(s.token_at(p + 1));
+    const int64_t spare = job.spare.rows;
+    if (spare > 0) {
+      if (job.spare.cols != c.streams.cols || static_cast<int64_t>(job.spare_next.size()) != spare)
+        fail("drafter: sequence ", s.request_id, " has ", spare, " spare catch-up rows of ", job.spare.cols,
+             " columns with ", job.spare_next.size(), " tokens (its streams have ", c.streams.cols, ")");
+      c.logits_row = c.streams.rows - 1;
+      c.streams.v.insert(c.streams.v.end(), job.spare.v.begin(), job.spare.v.end());
+      c.streams.rows += spare;
+      c.tokens.insert(c.tokens.end(), job.spare_next.begin(), job.spare_next.end());
+    }
     c.state = &state;
-    chains.push_back({&job, &state, s.history, {}, true, nullptr});
+    chains.push_back({&job, &state, s.history, {}, spare, true, nullptr});
     if (!under_grammar(chains.back())) {
       chains.pop_back();
       continue;
@@ -107,6 +118,11 @@ DraftStats Drafter::draft(std::vector<DraftJob>& jobs) {
       stage.rows.push_back(std::move(req));
     }
     const model::DraftOutput out = model_.run_draft(chunks, stage, 0);
+    for (Chain* ch : going)
+      if (ch->spare > 0) {
+        ch->state->rollback_mtp(0, ch->state->mtp_tokens.at(0) - ch->spare);
+        ch->spare = 0;
+      }
     for (size_t c = 0, raw = 0; c < going.size(); ++c) {
       Chain& ch = *going[c];
       Sequence& s = *ch.job->seq;

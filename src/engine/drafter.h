@@ -22,6 +22,11 @@ struct DraftJob {
   int64_t first = 0;
   Mat streams;
   int64_t max_drafts = 0;
+  // Spare catch-up rows after them (SpeculativeConfig::catch_up_all_rows): the streams of the positions the verify
+  // step computed and rejected, with the token after each. They pad the catch-up to the verify step's shape; their
+  // output is not used and their MTP-ring positions are dropped right after.
+  Mat spare;
+  std::vector<int32_t> spare_next;
 };
 
 // What one draft() did: drafts proposed, and the grammar masks it built for constrained chains (their cost).

@@ -376,7 +376,9 @@ std::vector<TokenEvent> Engine::step() {
     if (s.spec.enabled) collect_streams(s, span, o, jobs);
   }
   if (!jobs.empty()) {
+    const auto draft_start = std::chrono::steady_clock::now();
     const DraftStats drafted = drafter_.draft(jobs);
+    totals_.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - draft_start).count();
     totals_.speculative.drafted += drafted.proposed;
     totals_.grammar_masks += drafted.masks;  // built after the step, for the draft steps: never hidden behind a forward
     totals_.draft_grammar_masks += drafted.masks;
@@ -481,7 +483,11 @@ void Engine::collect_streams(Sequence& s, const ScheduledSpan& span, SpanOutput&
     const int64_t block = cfg_.cache->block_tokens(), next_boundary = (s.num_computed / block + 1) * block;
     max_drafts = std::min(max_drafts, next_boundary - s.num_computed - 1);
   }
-  DraftJob job{&s, d.streams_from, std::move(d.streams), max_drafts};
+  DraftJob job{&s, d.streams_from, std::move(d.streams), max_drafts, {}, {}};
+  if (cfg_.speculative.catch_up_all_rows && o.rejected_streams.rows > 0) {
+    job.spare = std::move(o.rejected_streams);
+    job.spare_next = std::move(o.rejected_next);
+  }
   d.streams = Mat();
   d.streams_from = -1;
   if (job.max_drafts > 0) jobs.push_back(std::move(job));

@@ -61,6 +61,9 @@ struct EngineStats {
   // Wall time in step() and, of it, in the model runner (forward, the grammar masks built meanwhile, sampling
   // stage): the rest is the engine's own cost (planning, sampling settings, events).
   double step_seconds = 0, model_seconds = 0;
+  // Speculative decoding: of step_seconds, the wall time of the MTP layer's draft steps after the forward
+  // (Drafter::draft: its forwards, the picks, the streams' trips), outside model_seconds.
+  double draft_seconds = 0;
   // Structured outputs: allowed-token masks built (one per constrained token) and the wall time of building them
   // (large batches in parallel). They are built during the model runner's call, after the forward is queued
   // (engine/model_runner.h, LateSpanMasks): on a GPU, while the device computes it. Of that time, the part hidden

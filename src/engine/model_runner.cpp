@@ -214,6 +214,17 @@ StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late)
       if (o.streams.rows > 0)
         std::copy(home.streams.row(first_stream[i]), home.streams.row(first_stream[i]) + o.streams.rows * o.streams.cols,
                   o.streams.v.begin());
+      const int64_t verified_end = span.end() + static_cast<int64_t>(span.drafts.size());
+      if (!span.drafts.empty() && kept_end < verified_end && kept_end >= from) {
+        const int64_t first = first_stream[i] + (kept_end - from), n = verified_end - kept_end;
+        o.rejected_streams = Mat(n, home.streams.cols);
+        std::copy(home.streams.row(first), home.streams.row(first) + n * home.streams.cols, o.rejected_streams.v.begin());
+        // Position kept_end + j is draft a + 1 + j's (0-based span.drafts[a + j]); its next token is the draft after.
+        for (int64_t j = 0; j < n; ++j) {
+          const auto next = static_cast<size_t>(std::min<int64_t>(o.accepted + j + 1, static_cast<int64_t>(span.drafts.size()) - 1));
+          o.rejected_next.push_back(span.drafts[next].id);
+        }
+      }
     }
     out.spans.push_back(std::move(o));
   }

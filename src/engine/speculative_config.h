@@ -38,6 +38,12 @@ struct SpeculativeConfig {
   // of speculation at a chosen acceptance on random weights, whose drafts are never right. The output is then not
   // the model's: every figure taken with it is labelled (bench/run_speculative_flash_gpu.sh).
   std::optional<double> forced_acceptance;
+  // The MTP catch-up after a verify step runs over every verified row (--speculative-catch-up verified), the
+  // rejected ones as spare rows whose output is unused, instead of the kept rows alone (kept): its shape is then
+  // the verify step's whatever was accepted, so a GPU replays one recording (CUDA graphs) rather than running most
+  // catch-ups eagerly, at the cost of the spare rows' compute. The drafts are the same either way (each row's
+  // output depends on its own input and window only).
+  bool catch_up_all_rows = true;
   // TEST ONLY: replaces each draft the MTP layer proposes with this function's token (drafts so far given), drafted
   // as a point mass; nullopt keeps the MTP layer's. Lets tests reach acceptance paths a random MTP head never does.
   std::function<std::optional<int32_t>(const Sequence&, std::span<const int32_t> drafts_so_far)> test_draft;

@@ -90,6 +90,11 @@ struct SpanOutput {
   std::vector<float> logits;    // with all_logits: the span's raw logits rows, [rows, vocab] row-major
   Mat streams;                  // with streams_from: the last layer's streams of positions streams_from onward
   int64_t streams_from = -1;    // (with drafts, up to the last kept position)
+  // With drafts and streams_from, the streams of the verified rows the state dropped (positions after the last kept
+  // one, to the span's end) and, for each, the token after its position in the span (the last row, which has none,
+  // repeats its own): the spare rows of a fixed-shape MTP catch-up (SpeculativeConfig::catch_up_all_rows).
+  Mat rejected_streams;
+  std::vector<int32_t> rejected_next;
 };
 
 struct StepOutput {

@@ -40,6 +40,11 @@ struct DraftChunk {
   std::vector<int32_t> tokens;  // the next token of each row's position
   SequenceState* state = nullptr;
   bool all_logits = false;      // draft logits for every row, or only the last
+  // Without all_logits, the row whose draft logits and output streams the step gives (-1: the last). Rows after it
+  // are spare: computed so that the step has a fixed shape (a catch-up over every verified row, the rejected ones
+  // included, replays one CUDA graph whatever was accepted), their outputs unused and their MTP-ring positions
+  // dropped again by the caller (SequenceState::rollback_mtp).
+  int64_t logits_row = -1;
 };
 
 // A draft step's result: the logits rows' sampling stage as run_step's, and the MTP layer's output streams of

@@ -289,6 +289,42 @@ TEST_F(SpeculativeEngine, GreedyOutputIsIdenticalWhenDraftsAreMostlyRight) {
   }
 }
 
+// The catch-up over every verified row (SpeculativeConfig::catch_up_all_rows, for a fixed step shape) drafts what
+// the catch-up over the kept rows does: the spare rows' outputs are unused and their MTP-ring positions dropped.
+// A random MTP head's drafts are rejected at once, so most catch-ups carry spare rows; every draft chain's drafts
+// (seen by the test hook, which keeps the MTP layer's own) and every count match.
+TEST_F(SpeculativeEngine, ACatchUpOverEveryVerifiedRowDraftsWhatTheKeptRowsDo) {
+  for (int64_t n : {1, 3, 5}) {
+    std::map<bool, std::vector<std::vector<int32_t>>> chains;
+    std::map<bool, Run> runs;
+    for (bool all_rows : {false, true}) {
+      EngineConfig c = config(n);
+      c.speculative.catch_up_all_rows = all_rows;
+      c.speculative.test_draft = [&chains, all_rows](const Sequence& s, std::span<const int32_t> so_far) {
+        std::vector<int32_t> key{static_cast<int32_t>(s.request_id.size()), static_cast<int32_t>(s.output.size())};
+        key.insert(key.end(), s.request_id.begin(), s.request_id.end());
+        key.insert(key.end(), so_far.begin(), so_far.end());
+        chains[all_rows].push_back(std::move(key));
+        return std::optional<int32_t>{};
+      };
+      Engine e(*model_, c);
+      add_batch(e, greedy(20));
+      runs[all_rows] = run(e);
+    }
+    std::sort(chains[false].begin(), chains[false].end());
+    std::sort(chains[true].begin(), chains[true].end());
+    EXPECT_EQ(chains[true], chains[false]) << n;
+    EXPECT_GT(chains[true].size(), 50u) << n;
+    EXPECT_EQ(runs[true].tokens, runs[false].tokens) << n;
+    const SpeculativeCounts &a = runs[true].stats.speculative, &b = runs[false].stats.speculative;
+    EXPECT_EQ(a.drafted, b.drafted) << n;
+    EXPECT_EQ(a.verified_at, b.verified_at) << n;
+    EXPECT_EQ(a.accepted_at, b.accepted_at) << n;
+    EXPECT_LT(a.accepted, a.verified) << n;  // rejections: spare rows were run
+    EXPECT_EQ(runs[true].stats.used_blocks + runs[true].stats.used_slots, 0);
+  }
+}
+
 // With the prefix cache, a decode's rows are staged when a step ends exactly on a block boundary; verify steps
 // advance by 1 + accepted drafts, so the drafts stop at the next boundary (Engine::collect_streams) and a follow-up
 // turn resumes at the last boundary the reply reached, as without speculation. The prompt (101 tokens) is chosen

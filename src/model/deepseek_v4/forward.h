@@ -115,6 +115,19 @@ class Forward {
       as_chunks.push_back({ch.tokens, &views[c], ch.all_logits});
     }
     Step step{make_step_rows(cfg_, as_chunks, 1), &as_chunks};
+    // A chunk's logits row other than its last (DraftChunk::logits_row): the rows after it are spare.
+    for (size_t c = 0, at = 0; c < chunks.size(); ++c) {
+      const DraftChunk& ch = chunks[c];
+      const int64_t count = step.rows.count[c];
+      if (ch.all_logits) {
+        at += static_cast<size_t>(count);
+        continue;
+      }
+      if (ch.logits_row >= count || ch.logits_row < -1)
+        fail("MTP draft: sequence ", c, " asks for the logits of row ", ch.logits_row, " of its ", count, " rows");
+      if (ch.logits_row >= 0) step.rows.logits_rows[at] = step.rows.first[c] + ch.logits_row;
+      ++at;
+    }
     // The layer's output streams of the logits rows are kept like a main step's stream rows, so that a recorded
     // draft (CUDA graphs) gives them as the body does.
     step.stream_rows = step.rows.logits_rows;
