@@ -38,21 +38,42 @@ class UploadPack {
     if (!v.empty()) std::memcpy(bytes_.data() + at, v.data(), v.size() * sizeof(T));
     return at;
   }
+  // A large block (an MTP draft's input streams: megabytes at a large batch) by reference: send() copies it
+  // straight into the pinned staging, not through the pack first. `v` must outlive send().
+  size_t add_by_reference(const std::vector<float>& v) {
+    const size_t at = (bytes_.size() + 255) / 256 * 256;
+    bytes_.resize(at + std::max<size_t>(1, v.size()) * sizeof(float));
+    by_reference_.push_back({at, &v});
+    return at;
+  }
   // Copies everything to `device` (size() bytes) through pinned `staging`, or straight from pageable memory
   // without one (the driver has taken the bytes when the call returns).
-  void send(char* device, HostStaging* staging, cudaStream_t stream) const {
-    const void* from = bytes_.data();
+  void send(char* device, HostStaging* staging, cudaStream_t stream) {
+    char* from = bytes_.data();
     if (staging) {
-      void* pinned = staging->bytes(bytes_.size());
-      std::memcpy(pinned, bytes_.data(), bytes_.size());
-      from = pinned;
+      from = static_cast<char*>(staging->bytes(bytes_.size()));
+      std::memcpy(from, bytes_.data(), by_reference_.empty() ? bytes_.size() : by_reference_.front().at);
+      for (size_t i = 0; i < by_reference_.size(); ++i) {
+        const Reference& r = by_reference_[i];
+        const size_t bytes = r.v->size() * sizeof(float);
+        std::memcpy(from + r.at, r.v->data(), bytes);
+        const size_t next = i + 1 < by_reference_.size() ? by_reference_[i + 1].at : bytes_.size();
+        std::memcpy(from + r.at + bytes, bytes_.data() + r.at + bytes, next - r.at - bytes);
+      }
+    } else {
+      for (const Reference& r : by_reference_) std::memcpy(bytes_.data() + r.at, r.v->data(), r.v->size() * sizeof(float));
     }
     STRATA_CUDA_CHECK(cudaMemcpyAsync(device, from, bytes_.size(), cudaMemcpyHostToDevice, stream));
   }
   size_t size() const { return bytes_.size(); }
 
  private:
+  struct Reference {
+    size_t at;
+    const std::vector<float>* v;
+  };
   std::vector<char> bytes_;
+  std::vector<Reference> by_reference_;
 };
 
 // Bounds that size a step's kernels, rounded up so that a decode step's shape (and its recording, step_graphs.h)
@@ -106,7 +127,7 @@ void CudaBackend::begin_step(const Step& step) {
   kept_ = &step.stream_rows;
   const size_t at_kept = pack.add(std::vector<int32_t>(step.stream_rows.begin(), step.stream_rows.end()));
   input_ = step.input;
-  const size_t at_input = input_ ? pack.add(input_->v) : 0;
+  const size_t at_input = input_ ? pack.add_by_reference(input_->v) : 0;
 
   // Token blocks: each chunk's block table (Forward::run made sure it holds this step's), padded to a bound,
   // uploaded once; every compressor's entries sit at its own offset in those blocks
