@@ -16,7 +16,8 @@
 # .deps/tokenizer-deepseek_v3): STRATA=build-gpu/strata bash bench/run_speculative_flash_gpu.sh OUT_DIR [COMMIT]
 # Environment: LAYERS=4, BATCHES="1 16 64 256", NS="0 1 3 5" (0 first: the baseline), ACCEPT=0.75 (DeepSeek's
 # example rate), STEP_COST=inf (--speculative-step-cost: verify every draft, so the machinery's cost at N is what is
-# timed; a number gives the planner's cost model instead), MAX_TOKENS=64, WORK=<scratch> (default a temporary one), STRATA (default build-gpu/strata).
+# timed; a number gives the planner's cost model instead), CATCH_UP=verified (--speculative-catch-up: the MTP
+# catch-up over every verified row, or kept: over the kept rows only), MAX_TOKENS=64, WORK=<scratch> (default a temporary one), STRATA (default build-gpu/strata).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bench/run_speculative_flash_gpu.sh OUT_DIR [COMMIT]}
@@ -28,6 +29,7 @@ batches=${BATCHES:-1 16 64 256}
 ns=${NS:-0 1 3 5}
 accept=${ACCEPT:-0.75}
 step_cost=${STEP_COST:-inf}
+catch_up=${CATCH_UP:-verified}
 max_tokens=${MAX_TOKENS:-64}
 strata=${STRATA:-build-gpu/strata}
 if [ -n "${WORK:-}" ]; then
@@ -51,9 +53,9 @@ fi
 # The JSON is rewritten after every batch, from the runs done so far: a run cut short by a time limit still leaves
 # its finished batches.
 summarize() {
-python3 - "$work" "$out" "$commit" "$layers" "$batches" "$ns" "$accept" "$max_tokens" "$step_cost" <<'PY'
+python3 - "$work" "$out" "$commit" "$layers" "$batches" "$ns" "$accept" "$max_tokens" "$step_cost" "$catch_up" <<'PY'
 import json, os, subprocess, sys
-work, out, commit, layers, batches, ns, accept, max_tokens, step_cost = sys.argv[1:]
+work, out, commit, layers, batches, ns, accept, max_tokens, step_cost, catch_up = sys.argv[1:]
 batches, ns = [int(x) for x in batches.split()], [int(x) for x in ns.split()]
 prov = dict(line.split(": ", 1) for line in subprocess.run(["bash", "scripts/provenance.sh"], capture_output=True,
                                                              text=True).stdout.strip().splitlines())
@@ -87,6 +89,7 @@ result = {"benchmark": "speculative_decoding_gpu_flash_forced_acceptance", "devi
                      "requests_per_batch": "= batch", "max_tokens": int(max_tokens), "ignore_eos": True,
                      "temperature": 0, "speculative_min_prob": 0,
                      "speculative_step_cost": step_cost + (" (every draft verified)" if step_cost == "inf" else " rows"),
+                     "speculative_catch_up": catch_up,
                      "note": "tokens/s over the engine's steps (prefill included); per user = per GPU / batch"},
           "runs": runs}
 gpu = subprocess.run(["bash", "scripts/provenance.sh", "--gpu"], capture_output=True, text=True).stdout.strip()
@@ -109,7 +112,7 @@ with open(path, "w") as f:
 PY
   for n in $ns; do
     spec=(--speculative-tokens "$n")
-    [ "$n" -gt 0 ] && spec+=(--speculative-forced-acceptance "$accept" --speculative-min-prob 0 --speculative-step-cost "$step_cost")
+    [ "$n" -gt 0 ] && spec+=(--speculative-forced-acceptance "$accept" --speculative-min-prob 0 --speculative-step-cost "$step_cost" --speculative-catch-up "$catch_up")
     t0=$(date +%s.%N)
     "$strata" generate --model "$model" --device cuda --precision fp8 --input "$work/requests.$b.jsonl" \
       --output "$work/out.$b.$n.jsonl" --max-num-seqs "$b" --max-model-len 1024 "${spec[@]}" \
