@@ -16,8 +16,8 @@
 # .deps/tokenizer-deepseek_v3): STRATA=build-gpu/strata bash bench/run_speculative_flash_gpu.sh OUT_DIR [COMMIT]
 # Environment: LAYERS=4, BATCHES="1 16 64 256", NS="0 1 3 5" (0 first: the baseline), ACCEPT=0.75 (DeepSeek's
 # example rate), STEP_COST=inf (--speculative-step-cost: verify every draft, so the machinery's cost at N is what is
-# timed; a number gives the planner's cost model instead), CATCH_UP=verified (--speculative-catch-up: the MTP
-# catch-up over every verified row, or kept: over the kept rows only), MAX_TOKENS=64, WORK=<scratch> (default a temporary one), STRATA (default build-gpu/strata).
+# timed; a number gives the planner's cost model instead), CATCH_UP=kept (--speculative-catch-up: the MTP
+# catch-up over the kept rows, or verified: over every verified row), MAX_TOKENS=64, WORK=<scratch> (default a temporary one), STRATA (default build-gpu/strata).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bench/run_speculative_flash_gpu.sh OUT_DIR [COMMIT]}
@@ -29,7 +29,7 @@ batches=${BATCHES:-1 16 64 256}
 ns=${NS:-0 1 3 5}
 accept=${ACCEPT:-0.75}
 step_cost=${STEP_COST:-inf}
-catch_up=${CATCH_UP:-verified}
+catch_up=${CATCH_UP:-kept}
 max_tokens=${MAX_TOKENS:-64}
 strata=${STRATA:-build-gpu/strata}
 if [ -n "${WORK:-}" ]; then

@@ -49,11 +49,11 @@ const char* const kSpeculativeOptionsHelp =
                              weights) plus one per row, and a draft row is verified only while it raises the expected
                              tokens per unit of that cost (default 8; large on a GPU, where a decode step is bound by
                              reading the weights and rows are nearly free; "inf" verifies every draft)
-  --speculative-catch-up verified|kept
-                             the MTP layer's catch-up after a verify step runs over every verified row (verified,
-                             the default: the rejected ones as spare rows, so the step has the verify step's shape and
-                             a GPU replays it as one CUDA graph) or over the kept rows only (kept: fewer rows, a
-                             shape per acceptance pattern). The drafts are the same either way
+  --speculative-catch-up kept|verified
+                             the MTP layer's catch-up after a verify step runs over the kept rows (kept, the
+                             default) or over every verified row (verified: the rejected ones as spare rows, so the
+                             step has the verify step's shape and a GPU replays it as one CUDA graph, at the spare
+                             rows' cost). The drafts are the same either way
   --speculative-forced-acceptance A
                              BENCHMARKS ONLY: accept each verified draft with probability A instead of checking it
                              against the model (a rejected one becomes the model's token), to time speculation at a

@@ -38,12 +38,13 @@ struct SpeculativeConfig {
   // of speculation at a chosen acceptance on random weights, whose drafts are never right. The output is then not
   // the model's: every figure taken with it is labelled (bench/run_speculative_flash_gpu.sh).
   std::optional<double> forced_acceptance;
-  // The MTP catch-up after a verify step runs over every verified row (--speculative-catch-up verified), the
-  // rejected ones as spare rows whose output is unused, instead of the kept rows alone (kept): its shape is then
-  // the verify step's whatever was accepted, so a GPU replays one recording (CUDA graphs) rather than running most
-  // catch-ups eagerly, at the cost of the spare rows' compute. The drafts are the same either way (each row's
-  // output depends on its own input and window only).
-  bool catch_up_all_rows = true;
+  // The MTP catch-up after a verify step runs over the kept rows (--speculative-catch-up kept, the default) or over
+  // every verified row (verified), the rejected ones as spare rows whose output is unused: its shape is then the
+  // verify step's whatever was accepted, so a GPU replays one recording (CUDA graphs) instead of running most
+  // catch-ups of a large batch eagerly, at the cost of the spare rows' compute. On an H100 at 64 sequences the spare
+  // rows cost more than the recording saves (docs/mtp.md), hence the default. The drafts are the same either way
+  // (each row's output depends on its own input and window only).
+  bool catch_up_all_rows = false;
   // TEST ONLY: replaces each draft the MTP layer proposes with this function's token (drafts so far given), drafted
   // as a point mass; nullopt keeps the MTP layer's. Lets tests reach acceptance paths a random MTP head never does.
   std::function<std::optional<int32_t>(const Sequence&, std::span<const int32_t> drafts_so_far)> test_draft;
