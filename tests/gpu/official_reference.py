@@ -79,7 +79,7 @@ class Checkpoint:
         elif dtype == "BF16":
             t = u8.view(BF16)
         elif dtype == "F8_E4M3":
-            t = u8.view(torch.float8_e4m3fn)
+            t = u8.view(torch.float8_e4m3fn) if HAS_FP8 else e4m3_decode(u8)
         elif dtype == "F8_E8M0":  # 2^(v − 127)
             t = torch.pow(2.0, u8.to(F32) - 127.0)
         elif dtype == "I64":
@@ -118,13 +118,45 @@ def pow2_ceil(t):
     return torch.ldexp(torch.ones_like(t), e)
 
 
+# torch before 2.1 has no float8 dtypes (Debian 12's python3-torch is 1.13): there the codes are decoded and fp32 is
+# rounded to e4m3 (round to nearest even, 3 mantissa bits, subnormals below 2^-6 in steps of 2^-9) by hand.
+HAS_FP8 = hasattr(torch, "float8_e4m3fn")
+_E4M3 = None
+
+
+def e4m3_decode(u8):
+    """e4m3fn codes (uint8) → fp32."""
+    global _E4M3
+    if _E4M3 is None:
+        values = []
+        for code in range(256):
+            sign, exp, man = -1.0 if code & 0x80 else 1.0, (code >> 3) & 0xF, code & 7
+            if exp == 0xF and man == 7:
+                values.append(math.nan)
+            elif exp == 0:
+                values.append(sign * man * 2.0 ** -9)
+            else:
+                values.append(sign * (1 + man / 8) * 2.0 ** (exp - 7))
+        _E4M3 = torch.tensor(values, dtype=F32)
+    return _E4M3.to(u8.device)[u8.long()]
+
+
+def e4m3_round(x):
+    """fp32 values in [-448, 448] → the nearest e4m3 value (ties to even), as fp32."""
+    if HAS_FP8:
+        return x.to(torch.float8_e4m3fn).to(F32)
+    a = x.abs().to(torch.float64)
+    step = torch.pow(2.0, torch.floor(torch.log2(a.clamp(min=2.0 ** -6))) - 3)
+    return (torch.round(a / step) * step * torch.sign(x.to(torch.float64))).to(F32)
+
+
 def act_quant(x, block):
     """x [..., K] (bf16) → (codes fp32 [..., K], scales fp32 [..., K/block])."""
     shape = x.shape
     xb = x.to(F32).reshape(*shape[:-1], shape[-1] // block, block)
     amax = xb.abs().amax(-1).clamp(min=1e-4)
     s = pow2_ceil(amax * torch.tensor(1.0 / 448.0, dtype=F32))
-    q = (xb / s.unsqueeze(-1)).clamp(-448, 448).to(torch.float8_e4m3fn).to(F32)
+    q = e4m3_round((xb / s.unsqueeze(-1)).clamp(-448, 448))
     return q.reshape(shape), s
 
 
@@ -498,12 +530,18 @@ def main():
     ap.add_argument("--force-tokens", help="a JSON this script wrote: feed its generated tokens instead of our own")
     ap.add_argument("--full-logits", action="store_true", help="also write every logit of every step")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                    help="cpu: for measuring the oracle's own drift where no GPU is lent (both runs of a comparison on "
+                         "the CPU); the fixtures come from CUDA, whose torch.topk tie order is DeepSeek's")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("official_reference: needs CUDA (torch.topk's tie order on CUDA is the one DeepSeek's code sees)")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("official_reference: needs CUDA (torch.topk's tie order on CUDA is the one DeepSeek's code sees); "
+                 "--device cpu runs it on the CPU for drift measurements")
+    if args.device == "cpu":
+        print("official_reference: on the CPU — torch.topk breaks exact ties differently from CUDA", file=sys.stderr)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    ck = Checkpoint(args.model, "cuda")
+    ck = Checkpoint(args.model, args.device)
     model = Model(ck, args.kv_fp8_rounds == "on", args.mhc_sums == "float64")
     forced = json.loads(Path(args.force_tokens).read_text())["generated"] if args.force_tokens else None
     vocab = ck.config["vocab_size"]
@@ -523,7 +561,7 @@ def main():
         generated.append(nxt)
         tokens, positions, prefill = [nxt], [positions[-1] + 1], False
     out = {"source": "tests/gpu/official_reference.py (torch " + torch.__version__ + ", " +
-           torch.cuda.get_device_name() + ")", "model": args.model, "prompt_len": args.prompt_len,
+           (torch.cuda.get_device_name() if args.device == "cuda" else "CPU") + ")", "model": args.model, "prompt_len": args.prompt_len,
            "prompt": prompt, "generated": generated[: args.decode], "kv_fp8_rounds": args.kv_fp8_rounds == "on",
            "mhc_sums": args.mhc_sums, "sample_stride": args.sample_stride, "rows": rows, "streams": streams}
     Path(args.out).write_text(json.dumps(out))
