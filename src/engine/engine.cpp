@@ -30,6 +30,7 @@ Engine::Engine(const model::Model& model, EngineConfig config)
   if (cfg_.max_model_len < 1) fail("max_model_len must be ≥ 1, got ", cfg_.max_model_len);
   runner_.force_acceptance(cfg_.speculative.forced_acceptance);
   runner_.verify_by_rejection(cfg_.speculative.verify == SpeculativeConfig::Verify::Rejection);
+  runner_.keep_rejected_streams(cfg_.speculative.catch_up_all_rows);
   const SpeculativeConfig& sp = cfg_.speculative;
   if (sp.tokens < 0 || sp.tokens > SpeculativeConfig::kMaxTokens)
     fail("speculative decoding: --speculative-tokens must be in [0, ", SpeculativeConfig::kMaxTokens, "], got ", sp.tokens);

@@ -215,7 +215,7 @@ StepOutput ModelRunner::execute(const StepPlan& plan, const LateSpanMasks& late)
         std::copy(home.streams.row(first_stream[i]), home.streams.row(first_stream[i]) + o.streams.rows * o.streams.cols,
                   o.streams.v.begin());
       const int64_t verified_end = span.end() + static_cast<int64_t>(span.drafts.size());
-      if (!span.drafts.empty() && kept_end < verified_end && kept_end >= from) {
+      if (keep_rejected_ && !span.drafts.empty() && kept_end < verified_end && kept_end >= from) {
         const int64_t first = first_stream[i] + (kept_end - from), n = verified_end - kept_end;
         o.rejected_streams = Mat(n, home.streams.cols);
         std::copy(home.streams.row(first), home.streams.row(first) + n * home.streams.cols, o.rejected_streams.v.begin());

@@ -37,6 +37,9 @@ class ModelRunner {
   void force_acceptance(std::optional<double> rate) { forced_acceptance_ = rate; }
   // Sampled rows check their drafts by rejection sampling (true) or by matching their own draw (false, default).
   void verify_by_rejection(bool on) { rejection_ = on; }
+  // A verify span's rejected rows' streams come home too (SpanOutput::rejected_streams), for a catch-up over every
+  // verified row (SpeculativeConfig::catch_up_all_rows); otherwise they are not copied.
+  void keep_rejected_streams(bool on) { keep_rejected_ = on; }
 
  private:
   const model::Model& model_;
@@ -44,6 +47,7 @@ class ModelRunner {
   model::LayerObserver observe_;
   std::optional<double> forced_acceptance_;
   bool rejection_ = false;
+  bool keep_rejected_ = false;
 };
 
 }  // namespace strata::engine
