@@ -485,7 +485,7 @@ void Engine::collect_streams(Sequence& s, const ScheduledSpan& span, SpanOutput&
     max_drafts = std::min(max_drafts, next_boundary - s.num_computed - 1);
   }
   DraftJob job{&s, d.streams_from, std::move(d.streams), max_drafts, {}, {}};
-  if (cfg_.speculative.catch_up_all_rows && o.rejected_streams.rows > 0) {
+  if (o.rejected_streams.rows > 0) {  // only with catch_up_all_rows (ModelRunner::keep_rejected_streams)
     job.spare = std::move(o.rejected_streams);
     job.spare_next = std::move(o.rejected_next);
   }

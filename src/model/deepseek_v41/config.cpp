@@ -250,8 +250,9 @@ V41Config parse_v41_config(const json& config) {
     if (l < 0 || l >= n) fail("config.json: engram_layer_ids holds ", l, " (expected a layer below ", n, ")");
   if (c.engram_pad_id < 0 || c.engram_pad_id >= c.vocab_size)
     fail("config.json: engram_pad_id ", c.engram_pad_id, " is outside the vocabulary");
+  c.engram_layout = make_engram_layout(c.engram);
   std::vector<int64_t> rows;
-  for (const EngramLayerLayout& l : make_engram_layout(c.engram)) rows.push_back(l.rows);
+  for (const EngramLayerLayout& l : c.engram_layout) rows.push_back(l.rows);
   std::vector<int64_t> given;
   if (read(j, "engram_num_embeddings", given) && given != std::vector<int64_t>(given.size(), 0) && given != rows)
     fail("config.json: engram_num_embeddings ", nlohmann::json(given).dump(), " differs from the tables the primes give, ",

@@ -43,7 +43,8 @@ struct V41Config {
   int64_t candidate_source_layer_id = -1;  // -1: no two-level selection
   RopeSpec main_rope, compress_rope;       // ratio-0 layers use main_rope, every other layer compress_rope
   EngramSettings engram;
-  std::vector<int64_t> engram_num_embeddings;  // each Engram layer's table rows (checked against the primes)
+  std::vector<EngramLayerLayout> engram_layout;  // each Engram layer's primes, offsets and multipliers
+  std::vector<int64_t> engram_num_embeddings;    // each Engram layer's table rows (checked against the primes)
   int64_t engram_pad_id = 2;
 
   // The most recent compressed-KV owner (index source) at or before `layer`; -1 if none.

@@ -51,7 +51,7 @@ V41Weights load_v41_weights(const std::string& dir) {
   const nlohmann::json& text = j.contains("text_config") && j["text_config"].is_object() ? j["text_config"] : j;
   const V41Config& c = w.config;
 
-  w.engram_layout = make_engram_layout(c.engram);
+  w.engram_layout = c.engram_layout;
   if (text.contains("engram_hash_multipliers") && !text["engram_hash_multipliers"].is_null()) {
     const auto given = text["engram_hash_multipliers"].get<std::vector<std::vector<int64_t>>>();
     if (given.size() != w.engram_layout.size())
